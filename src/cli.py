@@ -1,0 +1,102 @@
+"""The `tgagent` command: bot, chat, db, graph, runs, replay, bench."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+
+from src.config import ConfigError, Settings, load_settings
+from src.logging_setup import configure_logging
+from src.storage.migrations import applied_versions, migrate
+from src.storage.pg_client import DatabaseUnavailable, open_pool_from_settings
+
+logger = logging.getLogger(__name__)
+
+Command = Callable[[argparse.Namespace, Settings], Awaitable[int]]
+
+
+async def _db_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    pool = await open_pool_from_settings(settings)
+    try:
+        applied = await migrate(pool)
+    finally:
+        await pool.close()
+    if applied:
+        for name in applied:
+            print(f"applied {name}")  # noqa: T201
+    else:
+        print("nothing to do: the database is up to date")  # noqa: T201
+    return 0
+
+
+async def _db_status(args: argparse.Namespace, settings: Settings) -> int:
+    from src.storage.migrations import discover
+
+    pool = await open_pool_from_settings(settings)
+    try:
+        rows = await applied_versions(pool)
+    finally:
+        await pool.close()
+    done = {row["version"] for row in rows}
+    for row in rows:
+        print(f"{row['version']:04d}  applied  {row['applied_at']:%Y-%m-%d %H:%M:%S}  {row['name']}")  # noqa: T201
+    for mig in discover():
+        if mig.version not in done:
+            print(f"{mig.version:04d}  pending  {'':19}  {mig.name}")  # noqa: T201
+    return 0
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
+    """Return the argument parser and the command each subcommand path runs."""
+    parser = argparse.ArgumentParser(prog="tgagent", description=__doc__)
+    parser.add_argument("--log-level", default=None, help="override LOG_LEVEL")
+    sub = parser.add_subparsers(dest="command", required=True)
+    commands: dict[str, Command] = {}
+
+    db = sub.add_parser("db", help="database maintenance")
+    db_sub = db.add_subparsers(dest="db_command", required=True)
+    db_sub.add_parser("migrate", help="apply pending migrations")
+    db_sub.add_parser("status", help="show applied and pending migrations")
+    commands["db.migrate"] = _db_migrate
+    commands["db.status"] = _db_status
+
+    from src import cli_commands
+
+    cli_commands.register(sub, commands)
+    return parser, commands
+
+
+def _command_key(args: argparse.Namespace) -> str:
+    key = args.command
+    for attr in ("db_command", "runs_command"):
+        value = getattr(args, attr, None)
+        if value and args.command == attr.split("_")[0]:
+            key = f"{key}.{value}"
+    return key
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the `tgagent` command line and return its exit code."""
+    parser, commands = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        settings = load_settings()
+    except ConfigError as exc:
+        print(f"tgagent: {exc}", file=sys.stderr)  # noqa: T201
+        return 2
+    configure_logging(args.log_level or settings.log_level, settings)
+    command = commands[_command_key(args)]
+    try:
+        return asyncio.run(command(args, settings))
+    except (DatabaseUnavailable, ConfigError) as exc:
+        print(f"tgagent: {exc}", file=sys.stderr)  # noqa: T201
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

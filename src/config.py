@@ -1,0 +1,175 @@
+"""Settings read once from the environment and `.env`, validated at start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import platformdirs
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from typing_extensions import Annotated
+
+
+def _default_data_dir() -> Path:
+    return Path(platformdirs.user_data_dir("tgagent"))
+
+
+IntList = Annotated[list[int], NoDecode]
+
+
+class Settings(BaseSettings):
+    """Every knob of tgagent; see `.env.example` for one line per variable."""
+
+    model_config = SettingsConfigDict(
+        env_file=".env", env_file_encoding="utf-8", extra="ignore", case_sensitive=False
+    )
+
+    # --- database ---
+    database_url: SecretStr | None = None
+    pg_host: str | None = None
+    pg_port: int = Field(5432, ge=1, le=65535)
+    pg_db: str = "ai_db"
+    pg_user: str = "postgres"
+    pg_password: SecretStr | None = None
+    pg_pool_min: int = Field(1, ge=1)
+    pg_pool_max: int = Field(10, ge=1)
+    pg_connect_timeout: float = Field(10.0, gt=0)
+    tgagent_data_dir: Path = Field(default_factory=_default_data_dir)
+
+    # --- conversation memory ---
+    max_context: int = Field(30, ge=1)
+    max_storage: int = Field(0, ge=0)
+    timezone: str = "Europe/Moscow"
+    time_label: str = "Текущее время"
+
+    # --- model ---
+    openai_api_key: SecretStr | None = None
+    openai_base_url: str | None = None
+    llm_model: str = "gpt-4o-mini"
+    summary_model: str | None = None
+    compact_model: str | None = None
+    llm_timeout: float = Field(60.0, gt=0)
+    llm_max_retries: int = Field(2, ge=0)
+    llm_max_output_tokens: int = Field(1024, ge=16)
+    llm_temperature: float = Field(0.7, ge=0, le=2)
+    max_tool_rounds: int = Field(10, ge=1)
+
+    # --- context engineering (seed 002) ---
+    model_context_limits: dict[str, int] = Field(default_factory=dict)
+    default_context_limit: int = Field(16_000, ge=512)
+    budget_system: float = Field(0.10, gt=0, le=1)
+    budget_facts: float = Field(0.10, ge=0, le=1)
+    budget_summary: float = Field(0.20, ge=0, le=1)
+    budget_working: float = Field(0.60, gt=0, le=1)
+    context_selection: Literal["recent", "scored"] = "recent"
+    summary_trigger: int = Field(10, ge=1)
+    summary_strategy: Literal["summarize", "semantic", "keyvalue"] = "summarize"
+    facts_objective_mode: Literal["auto", "always", "never"] = "auto"
+    max_facts_in_prompt: int = Field(30, ge=0)
+
+    # --- across sessions (seed 001) ---
+    session_idle_minutes: int = Field(180, ge=1)
+    max_compacts: int = Field(5, ge=1)
+    compacts_in_prompt: int = Field(3, ge=0, le=5)
+
+    # --- FRS (seed 003) ---
+    frs_numbering: Literal["relative", "absolute"] = "relative"
+
+    # --- telegram ---
+    telegram_bot_token: SecretStr | None = None
+    telegram_api_base_url: str | None = None
+    webhook_url: str | None = None
+    webhook_listen: str = "0.0.0.0"
+    webhook_port: int = Field(8443, ge=1, le=65535)
+    webhook_secret_token: SecretStr | None = None
+    allowed_user_ids: IntList = Field(default_factory=list)
+    admin_user_ids: IntList = Field(default_factory=list)
+    user_rate_limit: int = Field(20, ge=0)
+    remind_after_hours: float = Field(24.0, gt=0)
+    remind_check_minutes: float = Field(10.0, gt=0)
+
+    # --- devtools ---
+    checkpoint_keep: int = Field(50, ge=1)
+    log_level: str = "INFO"
+
+    @field_validator("allowed_user_ids", "admin_user_ids", mode="before")
+    @classmethod
+    def _split_ids(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [int(part) for part in value.replace(";", ",").split(",") if part.strip()]
+        if isinstance(value, int):
+            return [value]
+        return value
+
+    @field_validator("database_url", mode="after")
+    @classmethod
+    def _check_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value():
+            return None
+        parts = urlsplit(value.get_secret_value())
+        if parts.scheme not in ("postgresql", "postgres") or not (parts.hostname or parts.path):
+            raise ValueError("must look like postgresql://user@host:port/dbname")
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _check_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"unknown time zone {value!r}") from exc
+        return value
+
+    @property
+    def zone(self) -> ZoneInfo:
+        """Return the configured time zone."""
+        return ZoneInfo(self.timezone)
+
+    @property
+    def uses_embedded_db(self) -> bool:
+        """Tell whether no server is configured, so the embedded one is used."""
+        return self.database_url is None and not self.pg_host
+
+    def server_dsn(self) -> str | None:
+        """Return the configured server's DSN, or None for the embedded server."""
+        if self.database_url is not None:
+            return self.database_url.get_secret_value()
+        if not self.pg_host:
+            return None
+        password = self.pg_password.get_secret_value() if self.pg_password else None
+        parts = [f"host={self.pg_host}", f"port={self.pg_port}", f"dbname={self.pg_db}"]
+        parts.append(f"user={self.pg_user}")
+        if password:
+            parts.append(f"password={password}")
+        return " ".join(parts)
+
+    def context_limit(self, model: str) -> int:
+        """Return the context window of `model`, or the safe default."""
+        return self.model_context_limits.get(model, self.default_context_limit)
+
+    @property
+    def effective_summary_model(self) -> str:
+        return self.summary_model or self.llm_model
+
+    @property
+    def effective_compact_model(self) -> str:
+        return self.compact_model or self.summary_model or self.llm_model
+
+
+class ConfigError(RuntimeError):
+    """A setting is missing or wrong; the message names the variable."""
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read settings, turning validation errors into one clear line per variable."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            name = str(err["loc"][0]).upper() if err["loc"] else "?"
+            lines.append(f"{name}: {err['msg']}")
+        raise ConfigError("invalid configuration: " + "; ".join(lines)) from None

@@ -1,0 +1,65 @@
+"""Configure logging once, with a filter that keeps secrets out of every record."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from src.config import Settings
+
+# Bot API URLs carry the token in the path; mask any that slip into a message.
+_TOKEN_IN_URL = re.compile(r"/bot\d+:[A-Za-z0-9_-]+")
+
+
+class RedactSecrets(logging.Filter):
+    """Replace configured secrets and bot tokens in log records with `***`."""
+
+    def __init__(self, secrets: list[str]) -> None:
+        super().__init__()
+        self.secrets = [s for s in secrets if s and len(s) >= 6]
+
+    def _clean(self, text: str) -> str:
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
+        return _TOKEN_IN_URL.sub("/bot***", text)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        cleaned = self._clean(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        return True
+
+
+def secrets_of(settings: Settings) -> list[str]:
+    """Return the secret values that must never be logged."""
+    values = [
+        settings.telegram_bot_token,
+        settings.openai_api_key,
+        settings.pg_password,
+        settings.webhook_secret_token,
+        settings.database_url,
+    ]
+    out = [v.get_secret_value() for v in values if v is not None]
+    if settings.pg_password is None and settings.database_url is not None:
+        from urllib.parse import urlsplit
+
+        password = urlsplit(settings.database_url.get_secret_value()).password
+        if password:
+            out.append(password)
+    return out
+
+
+def configure_logging(level: str, settings: Settings) -> None:
+    """Set up root logging with secret redaction on every handler."""
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        force=True,
+    )
+    redact = RedactSecrets(secrets_of(settings))
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(redact)
+    # httpx logs every request URL at INFO, and Bot API URLs contain the token.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("httpcore").setLevel(logging.WARNING)

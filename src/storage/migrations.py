@@ -1,0 +1,83 @@
+"""Apply the numbered SQL files in `sql/` in order, once each, under an advisory lock."""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+
+logger = logging.getLogger(__name__)
+
+SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
+_NAME = re.compile(r"^(\d{4})_[\w-]+\.sql$")
+# Arbitrary constant shared by every process that migrates this database.
+MIGRATION_LOCK_KEY = 7_140_001
+
+CREATE_VERSIONS = """
+CREATE TABLE IF NOT EXISTS schema_versions (
+    version    INTEGER PRIMARY KEY,
+    name       TEXT NOT NULL,
+    applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+)
+"""
+SELECT_APPLIED = "SELECT version, name, applied_at FROM schema_versions ORDER BY version"
+INSERT_VERSION = "INSERT INTO schema_versions (version, name) VALUES (%s, %s)"
+LOCK = "SELECT pg_advisory_xact_lock(%s)"
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One numbered SQL file."""
+
+    version: int
+    name: str
+    path: Path
+
+
+def discover(sql_dir: Path = SQL_DIR) -> list[Migration]:
+    """Return the migrations in `sql_dir`, ordered, refusing duplicate numbers."""
+    found: dict[int, Migration] = {}
+    for path in sorted(sql_dir.glob("*.sql")):
+        match = _NAME.match(path.name)
+        if not match:
+            continue
+        version = int(match.group(1))
+        if version in found:
+            raise RuntimeError(f"two migrations numbered {version:04d} in {sql_dir}")
+        found[version] = Migration(version, path.name, path)
+    return [found[v] for v in sorted(found)]
+
+
+async def applied_versions(pool: AsyncConnectionPool[Any]) -> list[dict[str, Any]]:
+    """Return the applied versions with their names and times."""
+    async with pool.connection() as conn:
+        await conn.execute(CREATE_VERSIONS)
+        cur = await conn.execute(SELECT_APPLIED)
+        return list(await cur.fetchall())
+
+
+async def migrate(pool: AsyncConnectionPool[Any], sql_dir: Path = SQL_DIR) -> list[str]:
+    """Apply every pending migration; return the names applied (empty: nothing to do)."""
+    migrations = discover(sql_dir)
+    applied: list[str] = []
+    async with pool.connection() as conn:
+        async with conn.transaction():
+            # One transaction holds the lock, so two starting processes take turns and
+            # the second sees the first one's versions.
+            await conn.execute(LOCK, (MIGRATION_LOCK_KEY,))
+            await conn.execute(CREATE_VERSIONS)
+            cur = await conn.execute(SELECT_APPLIED)
+            done = {row["version"] for row in await cur.fetchall()}
+            for mig in migrations:
+                if mig.version in done:
+                    continue
+                async with conn.transaction():
+                    await conn.execute(mig.path.read_text(encoding="utf-8").encode(), prepare=False)
+                    await conn.execute(INSERT_VERSION, (mig.version, mig.name))
+                applied.append(mig.name)
+                logger.info("applied migration %s", mig.name)
+    return applied

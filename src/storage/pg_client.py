@@ -1,0 +1,113 @@
+"""One async connection pool over a configured server or the embedded PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from src.config import Settings
+
+logger = logging.getLogger(__name__)
+
+# The embedded server's unix socket lives in its data directory, and socket paths are
+# limited to about 107 bytes, so the data directory path must stay short.
+_MAX_EMBEDDED_DIR = 80
+
+
+class DatabaseUnavailable(RuntimeError):
+    """The database cannot be reached; the message names where we tried."""
+
+
+def describe_dsn(dsn: str) -> str:
+    """Return `host:port/dbname` of a DSN, never its password."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "<malformed DSN>"
+    host = info.get("host") or "localhost"
+    return f"{host}:{info.get('port') or 5432}/{info.get('dbname') or ''}"
+
+
+def start_embedded(data_dir: Path) -> str:
+    """Start (or reuse) the embedded server in `data_dir` and return its DSN."""
+    import pgserver  # imported lazily: only needed without a configured server
+
+    pgdata = data_dir / "pg"
+    if len(str(pgdata)) > _MAX_EMBEDDED_DIR:
+        raise DatabaseUnavailable(
+            f"TGAGENT_DATA_DIR {data_dir} is too long for PostgreSQL's socket path; "
+            "choose a shorter directory"
+        )
+    pgdata.mkdir(parents=True, exist_ok=True)
+    # cleanup_mode=None keeps the server and its data across runs and processes.
+    server = pgserver.get_server(pgdata, cleanup_mode=None)
+    uri = server.get_uri()
+    logger.info("using embedded PostgreSQL in %s", pgdata)
+    return str(uri)
+
+
+def resolve_dsn(settings: Settings) -> str:
+    """Return the DSN to use: the configured server, else the embedded one."""
+    dsn = settings.server_dsn()
+    if dsn is not None:
+        return dsn
+    return start_embedded(settings.tgagent_data_dir)
+
+
+async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
+    await conn.execute("SET TIME ZONE 'UTC'")
+
+
+def make_pool(dsn: str, min_size: int = 1, max_size: int = 10) -> AsyncConnectionPool[Any]:
+    """Create a closed pool shaped for both our repositories and LangGraph's saver."""
+    return AsyncConnectionPool(
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        open=False,
+        check=AsyncConnectionPool.check_connection,
+        configure=_configure,
+        kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+        name="tgagent",
+        reconnect_timeout=60,
+    )
+
+
+async def open_pool(
+    dsn: str, min_size: int = 1, max_size: int = 10, timeout: float = 10.0
+) -> AsyncConnectionPool[Any]:
+    """Open a pool and wait for its first connection, failing fast with a clear error."""
+    where = describe_dsn(dsn)
+    # Probe once first: the pool itself would retry quietly until the timeout.
+    try:
+        conn = await asyncio.wait_for(
+            psycopg.AsyncConnection.connect(dsn, connect_timeout=max(1, int(timeout))),
+            timeout,
+        )
+        await conn.close()
+    except (OSError, psycopg.OperationalError, TimeoutError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {where}: {reason}") from None
+    pool = make_pool(dsn, min_size, max_size)
+    await pool.open()
+    try:
+        await pool.wait(timeout=timeout)
+    except PoolTimeout:
+        await pool.close()
+        raise DatabaseUnavailable(f"PostgreSQL at {where} did not accept connections") from None
+    logger.info("database pool open: %s (min %d, max %d)", where, min_size, max_size)
+    return pool
+
+
+async def open_pool_from_settings(settings: Settings) -> AsyncConnectionPool[Any]:
+    """Resolve the database from settings and open the shared pool."""
+    dsn = await asyncio.to_thread(resolve_dsn, settings)
+    return await open_pool(
+        dsn, settings.pg_pool_min, settings.pg_pool_max, settings.pg_connect_timeout
+    )

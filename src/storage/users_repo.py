@@ -1,0 +1,108 @@
+"""Users: identity, seed 000's context window counter and reminders flag."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from src.storage.base import Conn, Repository, clean_text
+
+UPSERT_USER = """
+INSERT INTO users (telegram_user_id, username, first_name, language_code, last_seen_at)
+VALUES (%s, %s, %s, %s, now())
+ON CONFLICT (telegram_user_id) DO UPDATE SET
+    username = COALESCE(EXCLUDED.username, users.username),
+    first_name = COALESCE(EXCLUDED.first_name, users.first_name),
+    language_code = COALESCE(EXCLUDED.language_code, users.language_code),
+    last_seen_at = now()
+RETURNING *
+"""
+SELECT_USER = "SELECT * FROM users WHERE telegram_user_id = %s"
+SET_ACTIVE_COUNT = "UPDATE users SET active_messages_count = %s WHERE telegram_user_id = %s"
+ADVANCE_ACTIVE_COUNT = """
+UPDATE users SET active_messages_count = active_messages_count + %s
+WHERE telegram_user_id = %s AND active_messages_count IS NOT NULL
+"""
+FORGET = """
+UPDATE users SET active_messages_count = 0, remind_of_yourself = '0'
+WHERE telegram_user_id = %s
+"""
+SET_REMIND = "UPDATE users SET remind_of_yourself = %s WHERE telegram_user_id = %s"
+MARK_REMINDED = "UPDATE users SET last_reminded_at = %s WHERE telegram_user_id = %s"
+# Silent since `before`, reminders on, not reminded during this silence.
+SELECT_DUE_REMINDERS = """
+SELECT * FROM users
+WHERE remind_of_yourself <> '0' AND last_seen_at IS NOT NULL AND last_seen_at < %s
+  AND (last_reminded_at IS NULL OR last_reminded_at < last_seen_at)
+ORDER BY last_seen_at LIMIT %s
+"""
+
+
+class UsersRepository(Repository):
+    """One row per Telegram user (or group chat)."""
+
+    async def get_or_create(
+        self,
+        telegram_user_id: int,
+        username: str | None = None,
+        first_name: str | None = None,
+        language_code: str | None = None,
+        conn: Conn | None = None,
+    ) -> dict[str, Any]:
+        """Return the user, creating it, refreshing its names and last-seen time."""
+        params = (
+            telegram_user_id,
+            clean_text(username) if username else None,
+            clean_text(first_name) if first_name else None,
+            language_code,
+        )
+        async with self._conn(conn) as c:
+            row = await (await c.execute(UPSERT_USER, params)).fetchone()
+            assert row is not None
+            return row
+
+    async def get(self, telegram_user_id: int, conn: Conn | None = None) -> dict[str, Any] | None:
+        """Return the user, or None."""
+        async with self._conn(conn) as c:
+            return await (await c.execute(SELECT_USER, (telegram_user_id,))).fetchone()
+
+    async def set_active_messages_count(
+        self, telegram_user_id: int, value: int | None, conn: Conn | None = None
+    ) -> None:
+        """Set seed 000's counter: None = default window, 0 = empty, N = last N."""
+        async with self._conn(conn) as c:
+            await c.execute(SET_ACTIVE_COUNT, (value, telegram_user_id))
+
+    async def advance_active_messages_count(
+        self, telegram_user_id: int, by: int, conn: Conn | None = None
+    ) -> None:
+        """Grow the counter by the messages an exchange stored (no-op when NULL)."""
+        async with self._conn(conn) as c:
+            await c.execute(ADVANCE_ACTIVE_COUNT, (by, telegram_user_id))
+
+    async def forget(self, telegram_user_id: int, conn: Conn | None = None) -> None:
+        """Start a clean context and turn reminders off (seed 000's /forget)."""
+        async with self._conn(conn) as c:
+            await c.execute(FORGET, (telegram_user_id,))
+
+    async def set_reminders(
+        self, telegram_user_id: int, enabled: bool, conn: Conn | None = None
+    ) -> None:
+        """Turn reminders on or off."""
+        async with self._conn(conn) as c:
+            await c.execute(SET_REMIND, ("1" if enabled else "0", telegram_user_id))
+
+    async def mark_reminded(
+        self, telegram_user_id: int, when: datetime, conn: Conn | None = None
+    ) -> None:
+        """Record that this silence has been answered with a reminder."""
+        async with self._conn(conn) as c:
+            await c.execute(MARK_REMINDED, (when, telegram_user_id))
+
+    async def due_reminders(
+        self, silent_since: datetime, limit: int = 100, conn: Conn | None = None
+    ) -> list[dict[str, Any]]:
+        """Return users with reminders on, silent since `silent_since`, not yet reminded."""
+        async with self._conn(conn) as c:
+            cur = await c.execute(SELECT_DUE_REMINDERS, (silent_since, limit))
+            return list(await cur.fetchall())

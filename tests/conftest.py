@@ -1,0 +1,68 @@
+"""Shared fixtures: a real PostgreSQL (configured or embedded) and a fresh schema per test."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg_pool import AsyncConnectionPool
+
+from src.storage.migrations import migrate
+from src.storage.pg_client import make_pool
+
+
+def _configured_dsn() -> str | None:
+    return os.environ.get("TEST_DATABASE_URL") or os.environ.get("DATABASE_URL") or None
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> Iterator[str]:
+    """Return the DSN of the test server: TEST_DATABASE_URL/DATABASE_URL, else embedded."""
+    dsn = _configured_dsn()
+    if dsn:
+        yield dsn
+        return
+    import pgserver
+
+    # Short path: the server's unix socket lives in its data directory.
+    with tempfile.TemporaryDirectory(prefix="tga-", dir="/tmp") as tmp:
+        server = pgserver.get_server(Path(tmp) / "pg", cleanup_mode="stop")
+        yield str(server.get_uri())
+        server.cleanup()
+
+
+def schema_dsn(dsn: str, schema: str) -> str:
+    """Return `dsn` with its search_path set to `schema`."""
+    return psycopg.conninfo.make_conninfo(dsn, options=f"-c search_path={schema}")
+
+
+@pytest.fixture
+async def fresh_schema(pg_dsn: str) -> AsyncIterator[str]:
+    """Create an empty schema for one test and drop it afterwards; yield its DSN."""
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        await conn.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        yield schema_dsn(pg_dsn, schema)
+    finally:
+        async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+            await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+@pytest.fixture
+async def pool(fresh_schema: str) -> AsyncIterator[AsyncConnectionPool[Any]]:
+    """Yield an open pool on a fresh, migrated schema."""
+    p = make_pool(fresh_schema, 1, 10)
+    await p.open()
+    await p.wait(timeout=10)
+    await migrate(p)
+    try:
+        yield p
+    finally:
+        await p.close()

@@ -1,0 +1,557 @@
+"""A fake Telegram Bot API server for tests, driven by real python-telegram-bot clients.
+
+It runs aiohttp in its own thread on 127.0.0.1 (see `BackgroundAiohttpServer`). Point PTB
+at it with `base_url=srv.base_url` (and `base_file_url=srv.base_file_url` for downloads).
+Routes are `/bot<TOKEN>/<method>`; bodies may be JSON, url-encoded (what PTB 22 sends: each
+non-string value JSON-encoded) or multipart. Tests push updates with `push_*` helpers and
+inspect what the bot did via `sent`, `actions` and `calls`.
+
+Recording semantics: `calls` holds every method call (including failed ones); `sent` holds
+only successful sendMessage/editMessageText/send<Media> calls, i.e. what the user saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import itertools
+import json
+import re
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from aiohttp import web
+
+from tests.fakes.openai_server import BackgroundAiohttpServer
+
+SEND_METHODS = {"sendmessage", "sendphoto", "senddocument", "sendvoice", "sendsticker"}
+CHAT_METHODS = SEND_METHODS | {"editmessagetext", "sendchataction"}
+TRUE_METHODS = {
+    "setwebhook", "deletewebhook", "setmycommands", "deletemycommands", "answercallbackquery",
+    "close", "logout", "deletemessage", "setmessagereaction", "setmydescription",
+    "setmyshortdescription", "setchatmenubutton",
+}  # fmt: skip
+STRING_FIELDS = {
+    "text", "caption", "parse_mode", "action", "callback_query_id", "url", "secret_token",
+    "file_id", "description", "short_description", "language_code", "inline_message_id",
+}  # fmt: skip
+ERROR_TEXT = {
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden: bot was blocked by the user",
+    409: "Conflict",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+}
+COMMAND_OR_MENTION = re.compile(r"(?<!\S)(/[A-Za-z0-9_]+(?:@[A-Za-z0-9_]+)?|@[A-Za-z0-9_]{5,32})")
+
+
+def utf16_len(text: str) -> int:
+    """Return the length of `text` in UTF-16 code units, as Telegram counts offsets."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def compute_entities(text: str) -> list[dict[str, Any]]:
+    """Return bot_command and mention entities for `text`, with UTF-16 offsets."""
+    return [
+        {
+            "type": "bot_command" if m.group(1).startswith("/") else "mention",
+            "offset": utf16_len(text[: m.start(1)]),
+            "length": utf16_len(m.group(1)),
+        }
+        for m in COMMAND_OR_MENTION.finditer(text)
+    ]
+
+
+def _decode(name: str, value: str) -> Any:
+    """Decode one form field the way PTB encodes it (non-strings as JSON)."""
+    if name in STRING_FIELDS:
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def _as_chat_id(value: Any) -> int | str | None:
+    """Normalize a chat_id parameter to int where possible."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return value
+
+
+class FakeBotAPI(BackgroundAiohttpServer):
+    """A scripted, thread-safe Telegram Bot API; see the module docstring."""
+
+    def __init__(
+        self,
+        token: str = "123456:TEST-TOKEN",
+        username: str = "tgagent_test_bot",
+        bot_id: int = 999,
+        first_name: str = "TGAgent Test",
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_poll_timeout: float = 1.0,
+    ) -> None:
+        super().__init__(host, port)
+        self.token = token
+        self.bot_user = {"id": bot_id, "is_bot": True, "first_name": first_name}
+        self.bot_user |= {"username": username, "can_join_groups": True}
+        self.max_poll_timeout = max_poll_timeout
+        self.max_message_length = 4096
+        self.reject_parse_mode = False
+        self.delay = 0.0
+        self.webhook_url = ""
+        self.updates: list[dict[str, Any]] = []
+        self.sent: list[dict[str, Any]] = []
+        self.actions: list[dict[str, Any]] = []
+        self.calls: list[dict[str, Any]] = []
+        self.commands: dict[str, Any] = {}
+        self.files: dict[str, bytes] = {}
+        self.blocked: set[int | str] = set()
+        self._faults: dict[str, deque[dict[str, Any]]] = {}
+        self._bot_texts: dict[tuple[Any, int], str] = {}
+        self._chats: dict[Any, dict[str, Any]] = {}
+        self._last_message: dict[Any, int] = {}
+        self._update_ids = itertools.count(1)
+        self._message_ids = itertools.count(1)
+        self._file_ids = itertools.count(1)
+        self._changed = threading.Condition(self._lock)
+        self._wakeup: asyncio.Event | None = None
+
+    @property
+    def base_url(self) -> str:
+        """Return the URL to pass as PTB `base_url` (the token is appended by PTB)."""
+        return f"http://{self.host}:{self.port}/bot"
+
+    @property
+    def base_file_url(self) -> str:
+        """Return the URL to pass as PTB `base_file_url`."""
+        return f"http://{self.host}:{self.port}/file/bot"
+
+    # ----- fault injection -------------------------------------------------------------
+
+    def fail_next(
+        self,
+        method: str,
+        n: int = 1,
+        error_code: int = 429,
+        description: str | None = None,
+        retry_after: int | None = None,
+    ) -> None:
+        """Answer the next n calls of `method` ("*" for any) with an error."""
+        if error_code == 429 and retry_after is None:
+            retry_after = 1
+        if description is None:
+            description = ERROR_TEXT.get(error_code, "Error")
+            if retry_after:
+                description = f"Too Many Requests: retry after {retry_after}"
+        fault = {"error_code": error_code, "description": description, "retry_after": retry_after}
+        with self._lock:
+            self._faults.setdefault(method.lower(), deque()).extend([fault] * n)
+
+    def block_user(self, chat_id: int | str) -> None:
+        """Make every call targeting `chat_id` answer 403 Forbidden."""
+        with self._lock:
+            self.blocked.add(_as_chat_id(chat_id))
+
+    def unblock_user(self, chat_id: int | str) -> None:
+        """Undo `block_user`."""
+        with self._lock:
+            self.blocked.discard(_as_chat_id(chat_id))
+
+    # ----- inspection --------------------------------------------------------------------
+
+    def messages_to(self, chat_id: int | str) -> list[dict[str, Any]]:
+        """Return the successfully sent/edited messages for one chat, in order."""
+        with self._lock:
+            return [m for m in self.sent if m["chat_id"] == _as_chat_id(chat_id)]
+
+    def texts_to(self, chat_id: int | str) -> list[str]:
+        """Return just the texts of `messages_to(chat_id)`."""
+        return [m["text"] for m in self.messages_to(chat_id)]
+
+    def calls_of(self, method: str) -> list[dict[str, Any]]:
+        """Return the recorded calls of one method (case-insensitive)."""
+        with self._lock:
+            return [c for c in self.calls if c["method"].lower() == method.lower()]
+
+    def wait_for_messages(
+        self, chat_id: int | str, count: int, timeout: float = 10.0
+    ) -> list[dict[str, Any]]:
+        """Block until `count` messages went to `chat_id`; raise TimeoutError otherwise."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while len(found := self.messages_to(chat_id)) < count:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"{len(found)}/{count} messages to {chat_id}: {found}")
+                self._changed.wait(left)
+            return found
+
+    async def await_messages(
+        self, chat_id: int | str, count: int, timeout: float = 10.0
+    ) -> list[dict[str, Any]]:
+        """Wait without blocking the caller's loop until `count` messages went to `chat_id`."""
+        deadline = time.monotonic() + timeout
+        while len(found := self.messages_to(chat_id)) < count:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(found)}/{count} messages to {chat_id}: {found}")
+            await asyncio.sleep(0.01)
+        return found
+
+    def clear(self) -> None:
+        """Forget recorded calls, messages, actions, pending updates and faults."""
+        with self._lock:
+            for items in (self.sent, self.actions, self.calls, self.updates):
+                items.clear()
+            self._faults.clear()
+            self.blocked.clear()
+
+    # ----- update builders ---------------------------------------------------------------
+
+    def push_update(self, update: dict[str, Any]) -> int:
+        """Queue a raw update (update_id assigned if missing) and return its update_id."""
+        with self._lock:
+            update.setdefault("update_id", next(self._update_ids))
+            self.updates.append(update)
+            self._changed.notify_all()
+        if self._loop is not None and self._wakeup is not None:
+            self._loop.call_soon_threadsafe(self._wakeup.set)
+        return int(update["update_id"])
+
+    def _message(
+        self,
+        user_id: int,
+        chat_id: int | None = None,
+        chat_type: str = "private",
+        first_name: str = "Test",
+        username: str | None = "test_user",
+        language_code: str | None = "ru",
+        reply_to_bot: bool = False,
+        title: str = "Test group",
+    ) -> dict[str, Any]:
+        """Build the common part of a user message."""
+        user: dict[str, Any] = {"id": user_id, "is_bot": False, "first_name": first_name}
+        if username:
+            user["username"] = username
+        if language_code:
+            user["language_code"] = language_code
+        if chat_type == "private":
+            chat = {"id": user_id if chat_id is None else chat_id, "type": "private"}
+            chat |= {k: v for k, v in user.items() if k in ("first_name", "username")}
+        else:
+            chat_id = -(10**9 + user_id) if chat_id is None else chat_id
+            if chat_id >= 0:
+                raise ValueError("group chats need a negative chat_id")
+            chat = {"id": chat_id, "type": chat_type, "title": title}
+        with self._lock:
+            self._chats[chat["id"]] = chat
+            message_id = next(self._message_ids)
+            self._last_message[(chat["id"], user_id)] = message_id
+        message = {"message_id": message_id, "date": int(time.time()), "chat": chat, "from": user}
+        if reply_to_bot:
+            message["reply_to_message"] = self._bot_message(chat, "previous bot message")
+        return message
+
+    def _bot_message(self, chat: dict[str, Any], text: str) -> dict[str, Any]:
+        """Build a message sent by the bot and remember its text."""
+        with self._lock:
+            message_id = next(self._message_ids)
+            self._bot_texts[(chat["id"], message_id)] = text
+        when = int(time.time())
+        return {"message_id": message_id, "date": when, "chat": chat, "from": self.bot_user}
+
+    def _file(self, prefix: str) -> dict[str, Any]:
+        """Return fresh file_id/file_unique_id fields."""
+        n = next(self._file_ids)
+        return {"file_id": f"{prefix}-file-{n}", "file_unique_id": f"{prefix}-u{n}"}
+
+    def push_text(self, user_id: int, text: str, **kw: Any) -> int:
+        """Queue a text message (entities for /commands and @mentions auto-computed)."""
+        message = self._message(user_id, **kw) | {"text": text}
+        if entities := compute_entities(text):
+            message["entities"] = entities
+        return self.push_update({"message": message})
+
+    def push_photo(self, user_id: int, caption: str | None = None, **kw: Any) -> int:
+        """Queue a photo message with two sizes and an optional caption."""
+        base = self._file("photo")
+        sizes = [
+            base | {"file_unique_id": base["file_unique_id"] + s, "width": w, "height": w}
+            for s, w in (("s", 90), ("m", 800))
+        ]
+        sizes[0]["file_id"] += "-small"
+        message = self._message(user_id, **kw) | {"photo": sizes}
+        if caption is not None:
+            message["caption"] = caption
+            if entities := compute_entities(caption):
+                message["caption_entities"] = entities
+        return self.push_update({"message": message})
+
+    def push_sticker(self, user_id: int, emoji: str = "😀", **kw: Any) -> int:
+        """Queue a sticker message."""
+        sticker = self._file("sticker") | {"type": "regular", "width": 512, "height": 512}
+        sticker |= {"is_animated": False, "is_video": False, "emoji": emoji}
+        return self.push_update({"message": self._message(user_id, **kw) | {"sticker": sticker}})
+
+    def push_voice(self, user_id: int, duration: int = 3, **kw: Any) -> int:
+        """Queue a voice message."""
+        voice = self._file("voice") | {"duration": duration, "mime_type": "audio/ogg"}
+        return self.push_update({"message": self._message(user_id, **kw) | {"voice": voice}})
+
+    def push_document(self, user_id: int, file_name: str = "notes.txt", **kw: Any) -> int:
+        """Queue a document message."""
+        doc = self._file("document") | {"file_name": file_name, "mime_type": "text/plain"}
+        return self.push_update({"message": self._message(user_id, **kw) | {"document": doc}})
+
+    def push_edited_text(
+        self, user_id: int, text: str, message_id: int | None = None, **kw: Any
+    ) -> int:
+        """Queue an edit of the user's last (or given) message in that chat."""
+        message = self._message(user_id, **kw) | {"text": text, "edit_date": int(time.time())}
+        with self._lock:
+            previous = self._last_message.get((message["chat"]["id"], user_id), 0) - 1
+            self._last_message[(message["chat"]["id"], user_id)] = previous
+        message["message_id"] = message_id or previous
+        return self.push_update({"edited_message": message})
+
+    def push_channel_post(self, chat_id: int, text: str, title: str = "Test channel") -> int:
+        """Queue a channel post (no `from`, `sender_chat` set)."""
+        chat = {"id": chat_id, "type": "channel", "title": title}
+        with self._lock:
+            message_id = next(self._message_ids)
+        post = {"message_id": message_id, "date": int(time.time()), "chat": chat, "text": text}
+        return self.push_update({"channel_post": post | {"sender_chat": chat}})
+
+    # ----- HTTP side ---------------------------------------------------------------------
+
+    def _build_app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        app.router.add_get("/file/bot{token}/{path:.+}", self._download)
+        return app
+
+    async def _startup(self) -> None:
+        self._wakeup = asyncio.Event()
+        await super()._startup()
+
+    async def _params(self, request: web.Request) -> dict[str, Any]:
+        """Parse query, JSON, url-encoded or multipart parameters."""
+        params: dict[str, Any] = {k: _decode(k, v) for k, v in request.query.items()}
+        if request.content_type == "application/json":
+            params |= await request.json() if request.can_read_body else {}
+        elif request.can_read_body:
+            for key, value in (await request.post()).items():
+                if isinstance(value, web.FileField):
+                    params[key] = {"filename": value.filename, "size": len(value.file.read())}
+                else:
+                    params[key] = _decode(key, str(value))
+        return params
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        if request.match_info["token"] != self.token:
+            return _fail(401, "Unauthorized")
+        name = request.match_info["method"]
+        method = name.lower()
+        params = await self._params(request)
+        chat_id = _as_chat_id(params.get("chat_id"))
+        with self._lock:
+            self.calls.append({"method": name, "params": params, "time": time.time()})
+            queue = self._faults.get(method) or self._faults.get("*")
+            fault = queue.popleft() if queue else None
+            blocked = method in CHAT_METHODS and chat_id in self.blocked
+        if self.delay:
+            await self._sleep(self.delay)
+        if fault is not None:
+            return _fail(fault["error_code"], fault["description"], fault["retry_after"])
+        if blocked:
+            return _fail(403, ERROR_TEXT[403])
+        handler = getattr(self, f"_m_{method}", None)
+        if handler is not None:
+            result = await handler(params)
+            return result if isinstance(result, web.Response) else _ok(result)
+        if method in TRUE_METHODS:
+            return _ok(True)
+        return _fail(404, "Not Found: method not found")
+
+    async def _download(self, request: web.Request) -> web.Response:
+        if request.match_info["token"] != self.token:
+            return _fail(401, "Unauthorized")
+        file_id = request.match_info["path"].rsplit("/", 1)[-1]
+        return web.Response(body=self.files.get(file_id, f"fake-file:{file_id}".encode()))
+
+    async def _m_getme(self, params: dict[str, Any]) -> Any:
+        return self.bot_user
+
+    async def _m_getupdates(self, params: dict[str, Any]) -> Any:
+        if self.webhook_url:
+            return _fail(409, "Conflict: can't use getUpdates method while webhook is active")
+        offset, limit = int(params.get("offset") or 0), int(params.get("limit") or 100)
+        deadline = time.monotonic() + min(float(params.get("timeout") or 0), self.max_poll_timeout)
+        assert self._wakeup is not None
+        while True:
+            with self._lock:
+                if offset > 0:
+                    self.updates[:] = [u for u in self.updates if u["update_id"] >= offset]
+                found = self.updates[offset:] if offset < 0 else list(self.updates)
+                self._wakeup.clear()
+            left = deadline - time.monotonic()
+            if found or left <= 0:
+                return found[:limit]
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), left)
+            except TimeoutError:
+                pass
+
+    async def _m_setwebhook(self, params: dict[str, Any]) -> Any:
+        self.webhook_url = str(params.get("url") or "")
+        return True
+
+    async def _m_deletewebhook(self, params: dict[str, Any]) -> Any:
+        self.webhook_url = ""
+        if params.get("drop_pending_updates"):
+            with self._lock:
+                self.updates.clear()
+        return True
+
+    async def _m_getwebhookinfo(self, params: dict[str, Any]) -> Any:
+        with self._lock:
+            pending = len(self.updates)
+        info = {"url": self.webhook_url, "has_custom_certificate": False}
+        return info | {"pending_update_count": pending}
+
+    def _commands_key(self, params: dict[str, Any]) -> str:
+        scope = params.get("scope") or {"type": "default"}
+        return json.dumps([scope, params.get("language_code") or ""], sort_keys=True)
+
+    async def _m_setmycommands(self, params: dict[str, Any]) -> Any:
+        with self._lock:
+            self.commands[self._commands_key(params)] = params.get("commands") or []
+        return True
+
+    async def _m_getmycommands(self, params: dict[str, Any]) -> Any:
+        with self._lock:
+            return self.commands.get(self._commands_key(params), [])
+
+    async def _m_deletemycommands(self, params: dict[str, Any]) -> Any:
+        with self._lock:
+            self.commands.pop(self._commands_key(params), None)
+        return True
+
+    async def _m_getfile(self, params: dict[str, Any]) -> Any:
+        file_id = str(params.get("file_id"))
+        size = len(self.files.get(file_id, f"fake-file:{file_id}".encode()))
+        unique = file_id.replace("-file-", "-u")
+        return {"file_id": file_id, "file_unique_id": unique, "file_size": size} | {
+            "file_path": f"files/{file_id}"
+        }
+
+    async def _m_sendchataction(self, params: dict[str, Any]) -> Any:
+        record = {"chat_id": _as_chat_id(params.get("chat_id")), "action": params.get("action")}
+        with self._changed:
+            self.actions.append(record | {"time": time.time()})
+            self._changed.notify_all()
+        return True
+
+    def _check_text(self, text: str, params: dict[str, Any]) -> web.Response | None:
+        """Return a 400 answer if Telegram would reject this text, else None."""
+        parse_mode = params.get("parse_mode")
+        if parse_mode and self.reject_parse_mode:
+            return _fail(400, "Bad Request: can't parse entities: unsupported start tag at byte 0")
+        visible = html.unescape(re.sub(r"<[^>]+>", "", text)) if parse_mode == "HTML" else text
+        if not visible.strip():
+            return _fail(400, "Bad Request: message text is empty")
+        if len(visible) > self.max_message_length:
+            return _fail(400, "Bad Request: message is too long")
+        return None
+
+    def _chat(self, chat_id: Any) -> dict[str, Any]:
+        """Return the chat object for an id, guessing its type if it was never seen."""
+        with self._lock:
+            if chat_id in self._chats:
+                return self._chats[chat_id]
+        if isinstance(chat_id, int) and chat_id > 0:
+            return {"id": chat_id, "type": "private", "first_name": "Test"}
+        return {"id": chat_id if isinstance(chat_id, int) else -1, "type": "supergroup"}
+
+    def _record(self, method: str, chat_id: Any, text: str, params: dict[str, Any], mid: int) -> None:
+        entry = {"method": method, "chat_id": chat_id, "text": text, "params": params}
+        with self._changed:
+            self.sent.append(entry | {"time": time.time(), "message_id": mid})
+            self._bot_texts[(chat_id, mid)] = text
+            self._changed.notify_all()
+
+    async def _send(self, params: dict[str, Any], method: str, field: str) -> Any:
+        chat_id = _as_chat_id(params.get("chat_id"))
+        text = str(params.get(field) or "")
+        if field == "text" and (error := self._check_text(text, params)):
+            return error
+        message = self._bot_message(self._chat(chat_id), text)
+        if text:
+            message[field] = text
+        self._record(method, chat_id, text, params, message["message_id"])
+        return message
+
+    async def _m_sendmessage(self, params: dict[str, Any]) -> Any:
+        return await self._send(params, "sendMessage", "text")
+
+    async def _m_sendphoto(self, params: dict[str, Any]) -> Any:
+        message = await self._send(params, "sendPhoto", "caption")
+        photo = self._file("photo") | {"width": 800, "height": 800}
+        return message | {"photo": [photo]}
+
+    async def _m_senddocument(self, params: dict[str, Any]) -> Any:
+        return await self._send(params, "sendDocument", "caption") | {
+            "document": self._file("document")
+        }
+
+    async def _m_sendvoice(self, params: dict[str, Any]) -> Any:
+        voice = self._file("voice") | {"duration": 1}
+        return await self._send(params, "sendVoice", "caption") | {"voice": voice}
+
+    async def _m_sendsticker(self, params: dict[str, Any]) -> Any:
+        sticker = self._file("sticker") | {"type": "regular", "width": 512, "height": 512}
+        sticker |= {"is_animated": False, "is_video": False}
+        return await self._send(params, "sendSticker", "caption") | {"sticker": sticker}
+
+    async def _m_editmessagetext(self, params: dict[str, Any]) -> Any:
+        chat_id, text = _as_chat_id(params.get("chat_id")), str(params.get("text") or "")
+        if error := self._check_text(text, params):
+            return error
+        if params.get("inline_message_id"):
+            return True
+        message_id = int(params.get("message_id") or 0)
+        with self._lock:
+            old = self._bot_texts.get((chat_id, message_id))
+        if old is None:
+            return _fail(400, "Bad Request: message to edit not found")
+        if old == text and "reply_markup" not in params:
+            return _fail(
+                400,
+                "Bad Request: message is not modified: specified new message content and reply "
+                "markup are exactly the same as a current content and reply markup of the message",
+            )
+        self._record("editMessageText", chat_id, text, params, message_id)
+        now = int(time.time())
+        chat = self._chat(chat_id)
+        return {"message_id": message_id, "date": now, "edit_date": now, "chat": chat} | {
+            "from": self.bot_user,
+            "text": text,
+        }
+
+
+def _ok(result: Any) -> web.Response:
+    """Return a successful Bot API answer."""
+    return web.json_response({"ok": True, "result": result})
+
+
+def _fail(code: int, description: str, retry_after: int | None = None) -> web.Response:
+    """Return a failed Bot API answer with the matching HTTP status."""
+    body: dict[str, Any] = {"ok": False, "error_code": code, "description": description}
+    if retry_after:
+        body["parameters"] = {"retry_after": retry_after}
+    return web.json_response(body, status=code)

@@ -1,0 +1,465 @@
+"""A scripted OpenAI-compatible chat-completions server for tests and benchmarks.
+
+The server runs aiohttp in its own thread and event loop on 127.0.0.1, so it serves
+sync tests, async tests on any loop, and subprocesses alike. Replies are scripted
+(`script`, `script_for`) or fall back to `default_reply`; every request body is recorded.
+
+Fault semantics: an injected fault (`fail_next`, `malformed_next`, `empty_next`,
+`close_connection_next`) answers one request each, in the order injected, and does NOT
+consume a scripted reply, so a client's retry gets the reply that was meant for it.
+`empty_next` answers 200 with one choice whose content is "" (mode="content", the default)
+or with `choices: []` (mode="choices").
+
+Standalone use: `python -m tests.fakes.openai_server --port 0 --reply "text"` prints
+`READY <base_url>` and serves until interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import inspect
+import itertools
+import json
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Self
+
+from aiohttp import web
+
+Reply = str | dict[str, Any] | Callable[[dict[str, Any]], Any]
+
+
+class BackgroundAiohttpServer:
+    """Serve an aiohttp application from a dedicated thread with its own event loop."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.host = host
+        self.port = port
+        self._lock = threading.RLock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        self._stopping: asyncio.Event | None = None
+
+    def _build_app(self) -> web.Application:
+        """Return the application to serve."""
+        raise NotImplementedError
+
+    async def _startup(self) -> None:
+        """Bind the site and remember the chosen port."""
+        self._stopping = asyncio.Event()
+        runner = web.AppRunner(
+            self._build_app(), handler_cancellation=True, shutdown_timeout=1.0, access_log=None
+        )
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port)
+        await site.start()
+        self._runner = runner
+        self.port = int(runner.addresses[0][1])
+
+    async def _shutdown(self) -> None:
+        """Wake sleeping handlers and close the site."""
+        if self._stopping is not None:
+            self._stopping.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def _run(self, ready: threading.Event, errors: list[BaseException]) -> None:
+        """Run the event loop until `stop` is called."""
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._startup())
+        except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
+            errors.append(exc)
+            ready.set()
+            loop.close()
+            return
+        ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.close()
+
+    def start(self) -> Self:
+        """Start serving in the background and return self."""
+        if self._thread is not None:
+            return self
+        ready, errors = threading.Event(), []
+        self._thread = threading.Thread(
+            target=self._run, args=(ready, errors), name=type(self).__name__, daemon=True
+        )
+        self._thread.start()
+        ready.wait(10)
+        if errors or not ready.is_set():
+            self._thread = None
+            raise RuntimeError(f"{type(self).__name__} failed to start") from (
+                errors[0] if errors else None
+            )
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and join the background thread."""
+        thread, loop = self._thread, self._loop
+        if thread is None or loop is None:
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(10)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(10)
+            self._thread = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep, but wake up early when the server is stopping."""
+        assert self._stopping is not None
+        try:
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+        except TimeoutError:
+            pass
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """Return the plain text of one chat message, including tool-call arguments."""
+    content = message.get("content")
+    if isinstance(content, list):
+        text = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    else:
+        text = content or ""
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function") or {}
+        text += fn.get("name", "") + fn.get("arguments", "")
+    return str(text)
+
+
+def echo_reply(request: dict[str, Any]) -> str:
+    """Answer "ok: " plus the first 40 characters of the last user message."""
+    users = [m for m in request.get("messages", []) if m.get("role") == "user"]
+    return "ok: " + (message_text(users[-1])[:40] if users else "")
+
+
+class FakeOpenAI(BackgroundAiohttpServer):
+    """A scripted OpenAI-compatible server; see the module docstring for semantics."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        super().__init__(host, port)
+        self.default_reply: Reply = echo_reply
+        self.delay: float = 0.0
+        self.concurrency_key: Callable[[dict[str, Any]], Any] | None = None
+        self.models: list[str] = ["gpt-4o-mini", "gpt-4.1-mini", "fake-model"]
+        self.requests: list[dict[str, Any]] = []
+        self.timings: list[float] = []
+        self.max_concurrent = 0
+        self.overlaps = 0
+        self.overlap_keys: list[Any] = []
+        self._queue: deque[Reply] = deque()
+        self._model_queues: dict[str, deque[Reply]] = {}
+        self._faults: deque[tuple[Any, ...]] = deque()
+        self._delays: deque[float] = deque()
+        self._in_flight = 0
+        self._in_flight_keys: dict[Any, int] = {}
+        self._ids = itertools.count(1)
+
+    @property
+    def base_url(self) -> str:
+        """Return the URL to pass as `ChatOpenAI(base_url=...)`."""
+        return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def handled_seconds(self) -> float:
+        """Return the total server-side handling time of all requests."""
+        with self._lock:
+            return sum(self.timings)
+
+    @property
+    def in_flight(self) -> int:
+        """Return how many requests are being handled right now."""
+        with self._lock:
+            return self._in_flight
+
+    def script(self, *replies: Reply) -> None:
+        """Queue replies for any model, consumed in order."""
+        with self._lock:
+            self._queue.extend(replies)
+
+    def script_for(self, model: str, *replies: Reply) -> None:
+        """Queue replies used only for requests whose `model` equals `model`."""
+        with self._lock:
+            self._model_queues.setdefault(model, deque()).extend(replies)
+            if model not in self.models:
+                self.models.append(model)
+
+    def pending_replies(self) -> int:
+        """Return how many scripted replies are still queued."""
+        with self._lock:
+            return len(self._queue) + sum(len(q) for q in self._model_queues.values())
+
+    def fail_next(self, n: int = 1, status: int = 500, body: Any = None) -> None:
+        """Answer the next n requests with an HTTP error (OpenAI-style JSON unless `body`)."""
+        with self._lock:
+            self._faults.extend([("status", status, body)] * n)
+
+    def malformed_next(self, n: int = 1) -> None:
+        """Answer the next n requests with 200 and a body that is not valid JSON."""
+        with self._lock:
+            self._faults.extend([("malformed",)] * n)
+
+    def empty_next(self, n: int = 1, mode: str = "content") -> None:
+        """Answer the next n requests with empty content ("content") or no choices ("choices")."""
+        with self._lock:
+            self._faults.extend([("empty", mode)] * n)
+
+    def close_connection_next(self, n: int = 1) -> None:
+        """Drop the connection of the next n requests without answering."""
+        with self._lock:
+            self._faults.extend([("close",)] * n)
+
+    def delay_next(self, n: int, seconds: float) -> None:
+        """Sleep `seconds` before answering each of the next n requests (instead of `delay`)."""
+        with self._lock:
+            self._delays.extend([seconds] * n)
+
+    def last_request(self) -> dict[str, Any] | None:
+        """Return the most recent request body, if any."""
+        with self._lock:
+            return self.requests[-1] if self.requests else None
+
+    def requests_for(self, model: str) -> list[dict[str, Any]]:
+        """Return the recorded request bodies for one model."""
+        with self._lock:
+            return [r for r in self.requests if r.get("model") == model]
+
+    def clear(self) -> None:
+        """Forget recorded requests, timings, counters, scripts and pending faults."""
+        with self._lock:
+            self.requests.clear()
+            self.timings.clear()
+            self.overlap_keys.clear()
+            self.max_concurrent = self.overlaps = 0
+            self._queue.clear()
+            self._model_queues.clear()
+            self._faults.clear()
+            self._delays.clear()
+
+    def _build_app(self) -> web.Application:
+        app = web.Application()
+        for prefix in ("/v1", ""):
+            app.router.add_post(prefix + "/chat/completions", self._chat)
+            app.router.add_get(prefix + "/models", self._models)
+        return app
+
+    async def _models(self, request: web.Request) -> web.Response:
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in self.models]
+        return web.json_response({"object": "list", "data": data})
+
+    def _admit(self, body: dict[str, Any]) -> tuple[Any, tuple[Any, ...] | None, float, Reply]:
+        """Record a request, track concurrency and pick its fault, delay and reply."""
+        key = None
+        if self.concurrency_key is not None:
+            try:
+                key = self.concurrency_key(body)
+            except Exception:  # noqa: BLE001 - a bad key function just disables tracking
+                key = None
+        with self._lock:
+            self.requests.append(body)
+            self._in_flight += 1
+            self.max_concurrent = max(self.max_concurrent, self._in_flight)
+            if key is not None:
+                if self._in_flight_keys.get(key, 0) > 0:
+                    self.overlaps += 1
+                    self.overlap_keys.append(key)
+                self._in_flight_keys[key] = self._in_flight_keys.get(key, 0) + 1
+            delay = self._delays.popleft() if self._delays else self.delay
+            fault = self._faults.popleft() if self._faults else None
+            reply: Reply = self.default_reply
+            if fault is None:
+                model_queue = self._model_queues.get(str(body.get("model")))
+                if model_queue:
+                    reply = model_queue.popleft()
+                elif self._queue:
+                    reply = self._queue.popleft()
+        return key, fault, delay, reply
+
+    def _release(self, key: Any, started: float) -> None:
+        with self._lock:
+            self._in_flight -= 1
+            if key is not None:
+                self._in_flight_keys[key] -= 1
+            self.timings.append(time.perf_counter() - started)
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
+        try:
+            body = json.loads(await request.read())
+        except ValueError:
+            return _error(400, "invalid JSON body", "invalid_request_error")
+        key, fault, delay, reply = self._admit(body)
+        try:
+            if delay:
+                await self._sleep(delay)
+            if fault is not None:
+                return await self._fault(request, fault, body)
+            if callable(reply):
+                reply = reply(body)
+                if inspect.isawaitable(reply):
+                    reply = await reply
+            return await self._answer(request, body, _normalize(reply))
+        finally:
+            self._release(key, started)
+
+    async def _fault(
+        self, request: web.Request, fault: tuple[Any, ...], body: dict[str, Any]
+    ) -> web.StreamResponse:
+        kind = fault[0]
+        if kind == "status":
+            status, payload = fault[1], fault[2]
+            if payload is None:
+                return _error(status, f"fake error {status}", "server_error")
+            if isinstance(payload, str):
+                return web.Response(status=status, text=payload, content_type="application/json")
+            return web.json_response(payload, status=status)
+        if kind == "malformed":
+            broken = '{"id": "chatcmpl-broken", "choices": [{'
+            return web.Response(text=broken, status=200, content_type="application/json")
+        if kind == "close":
+            if request.transport is not None:
+                request.transport.abort()
+            raise asyncio.CancelledError
+        choices_empty = fault[1] == "choices"
+        return await self._answer(request, body, {"content": ""}, no_choices=choices_empty)
+
+    async def _answer(
+        self,
+        request: web.Request,
+        body: dict[str, Any],
+        reply: dict[str, Any],
+        no_choices: bool = False,
+    ) -> web.StreamResponse:
+        n = next(self._ids)
+        content = reply.get("content")
+        tool_calls = [
+            {
+                "id": call.get("id") or f"call_fake{n:04d}x{i}",
+                "type": "function",
+                "function": {
+                    "name": call["name"],
+                    "arguments": json.dumps(call.get("args", {}), ensure_ascii=False),
+                },
+            }
+            for i, call in enumerate(reply.get("tool_calls") or [])
+        ]
+        message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
+        if tool_calls:
+            message["tool_calls"] = tool_calls
+        prompt = sum(len(message_text(m)) for m in body.get("messages", [])) // 4
+        completion = len(message_text(message)) // 4
+        usage = {
+            "prompt_tokens": max(1, prompt),
+            "completion_tokens": completion,
+            "total_tokens": max(1, prompt) + completion,
+        }
+        head = {"id": f"chatcmpl-fake{n:06d}", "created": int(time.time())}
+        head["model"] = body.get("model", "fake-model")
+        finish = "tool_calls" if tool_calls else "stop"
+        if body.get("stream"):
+            return await self._stream(request, head, message, finish, usage, body, no_choices)
+        choice = {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
+        choices = [] if no_choices else [choice]
+        return web.json_response(
+            {**head, "object": "chat.completion", "choices": choices, "usage": usage}
+        )
+
+    async def _stream(
+        self,
+        request: web.Request,
+        head: dict[str, Any],
+        message: dict[str, Any],
+        finish: str,
+        usage: dict[str, int],
+        body: dict[str, Any],
+        no_choices: bool,
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+
+        async def send(delta: dict[str, Any] | None, finish_reason: str | None = None) -> None:
+            chunk = {**head, "object": "chat.completion.chunk", "choices": []}
+            if delta is not None:
+                choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+                chunk["choices"] = [{**choice, "logprobs": None}]
+            else:
+                chunk["usage"] = usage
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+
+        if not no_choices:
+            await send({"role": "assistant", "content": ""})
+            text = message.get("content") or ""
+            for i in range(0, len(text), 16):
+                await send({"content": text[i : i + 16]})
+            for i, call in enumerate(message.get("tool_calls") or []):
+                fn = call["function"]
+                first = {"index": i, "id": call["id"], "type": "function"}
+                first["function"] = {"name": fn["name"], "arguments": ""}
+                await send({"tool_calls": [first]})
+                await send({"tool_calls": [{"index": i, "function": {"arguments": fn["arguments"]}}]})
+            await send({}, finish)
+        if (body.get("stream_options") or {}).get("include_usage"):
+            await send(None)
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+
+def _normalize(reply: Any) -> dict[str, Any]:
+    """Turn a scripted reply (str or dict) into {"content", "tool_calls"}."""
+    if isinstance(reply, str):
+        return {"content": reply}
+    if isinstance(reply, dict):
+        content = reply.get("content")
+        if content is None and not reply.get("tool_calls"):
+            content = ""
+        return {"content": content, "tool_calls": reply.get("tool_calls") or []}
+    raise TypeError(f"scripted reply must be str, dict or callable, got {type(reply).__name__}")
+
+
+def _error(status: int, message: str, kind: str) -> web.Response:
+    """Return an OpenAI-style error response."""
+    error = {"message": message, "type": kind, "param": None, "code": None}
+    return web.json_response({"error": error}, status=status)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the fake server as a standalone process until SIGINT/SIGTERM."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--reply", default=None, help="fixed reply text (default: echo)")
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds before each answer")
+    args = parser.parse_args(argv)
+    server = FakeOpenAI(args.host, args.port)
+    if args.reply is not None:
+        server.default_reply = args.reply
+    server.delay = args.delay
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    with server:
+        print(f"READY {server.base_url}", flush=True)  # noqa: T201
+        while not done.wait(0.5):
+            pass
+
+
+if __name__ == "__main__":
+    main()
