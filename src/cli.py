@@ -6,7 +6,8 @@ import argparse
 import asyncio
 import logging
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
 from src.config import ConfigError, Settings, load_settings
 from src.logging_setup import configure_logging
@@ -15,7 +16,7 @@ from src.storage.pg_client import DatabaseUnavailable, open_pool_from_settings
 
 logger = logging.getLogger(__name__)
 
-Command = Callable[[argparse.Namespace, Settings], Awaitable[int]]
+Command = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
 
 
 async def _db_migrate(args: argparse.Namespace, settings: Settings) -> int:
@@ -42,7 +43,8 @@ async def _db_status(args: argparse.Namespace, settings: Settings) -> int:
         await pool.close()
     done = {row["version"] for row in rows}
     for row in rows:
-        print(f"{row['version']:04d}  applied  {row['applied_at']:%Y-%m-%d %H:%M:%S}  {row['name']}")  # noqa: T201
+        when = f"{row['applied_at']:%Y-%m-%d %H:%M:%S}"
+        print(f"{row['version']:04d}  applied  {when}  {row['name']}")  # noqa: T201
     for mig in discover():
         if mig.version not in done:
             print(f"{mig.version:04d}  pending  {'':19}  {mig.name}")  # noqa: T201

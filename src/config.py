@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import platformdirs
 from pydantic import Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-from typing_extensions import Annotated
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
 
 def _default_data_dir() -> Path:
@@ -23,8 +23,13 @@ IntList = Annotated[list[int], NoDecode]
 class Settings(BaseSettings):
     """Every knob of tgagent; see `.env.example` for one line per variable."""
 
+    # env_ignore_empty: `TELEGRAM_BOT_TOKEN=` left blank in `.env` means unset, not "".
     model_config = SettingsConfigDict(
-        env_file=".env", env_file_encoding="utf-8", extra="ignore", case_sensitive=False
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        case_sensitive=False,
+        env_ignore_empty=True,
     )
 
     # --- database ---
@@ -44,6 +49,8 @@ class Settings(BaseSettings):
     max_storage: int = Field(0, ge=0)
     timezone: str = "Europe/Moscow"
     time_label: str = "Текущее время"
+    max_input_chars: int = Field(16_000, ge=100)
+    token_counter: Literal["auto", "tiktoken", "approx"] = "auto"
 
     # --- model ---
     openai_api_key: SecretStr | None = None
@@ -110,6 +117,10 @@ class Settings(BaseSettings):
         if value is None or not value.get_secret_value():
             return None
         parts = urlsplit(value.get_secret_value())
+        try:
+            parts.port  # noqa: B018 - raises ValueError on a port outside 0-65535
+        except ValueError:
+            raise ValueError("has an invalid port") from None
         if parts.scheme not in ("postgresql", "postgres") or not (parts.hostname or parts.path):
             raise ValueError("must look like postgresql://user@host:port/dbname")
         return value
@@ -173,3 +184,8 @@ def load_settings(**overrides: object) -> Settings:
             name = str(err["loc"][0]).upper() if err["loc"] else "?"
             lines.append(f"{name}: {err['msg']}")
         raise ConfigError("invalid configuration: " + "; ".join(lines)) from None
+    except SettingsError as exc:
+        # pydantic-settings fails before validation when a JSON-valued variable does not parse.
+        match = re.search(r'field "(\w+)"', str(exc))
+        name = match.group(1).upper() if match else "?"
+        raise ConfigError(f"invalid configuration: {name}: not valid JSON") from None

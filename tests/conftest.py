@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +13,11 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
+from src.config import Settings
+from src.services.factory import Runtime, build_runtime
 from src.storage.migrations import migrate
 from src.storage.pg_client import make_pool
+from tests.fakes.openai_server import FakeOpenAI
 
 
 def _configured_dsn() -> str | None:
@@ -66,3 +69,43 @@ async def pool(fresh_schema: str) -> AsyncIterator[AsyncConnectionPool[Any]]:
         yield p
     finally:
         await p.close()
+
+
+@pytest.fixture(scope="session")
+def fake_llm() -> Iterator[FakeOpenAI]:
+    """Run one local OpenAI-compatible server for the session; reset it per test."""
+    with FakeOpenAI() as srv:
+        yield srv
+
+
+@pytest.fixture
+def llm(fake_llm: FakeOpenAI) -> FakeOpenAI:
+    """Return the local model server, reset to its defaults."""
+    fake_llm.reset()
+    return fake_llm
+
+
+def make_settings(llm: FakeOpenAI | None = None, **overrides: Any) -> Settings:
+    """Return settings isolated from the developer's `.env`, pointed at the fake model."""
+    values: dict[str, Any] = {"llm_max_retries": 0, "llm_timeout": 10.0}
+    if llm is not None:
+        values |= {"openai_base_url": llm.base_url, "openai_api_key": "test-key"}
+    values |= overrides
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+@pytest.fixture
+async def runtime_factory(
+    pool: AsyncConnectionPool[Any], llm: FakeOpenAI
+) -> AsyncIterator[Callable[..., Awaitable[Runtime]]]:
+    """Build runtimes over the test's pool and the local model server."""
+    made: list[Runtime] = []
+
+    async def build(**overrides: Any) -> Runtime:
+        rt = await build_runtime(make_settings(llm, **overrides), pool=pool)
+        made.append(rt)
+        return rt
+
+    yield build
+    for rt in made:
+        await rt.close()

@@ -55,6 +55,13 @@ UPDATE conversations SET summary = %s, summary_upto_id = GREATEST(summary_upto_i
 WHERE id = %s
 """
 END_CONVERSATION = "UPDATE conversations SET ended_at = now() WHERE id = %s AND ended_at IS NULL"
+# Oldest first, from where the running summary stops; bounded by `limit`.
+SELECT_UNSUMMARIZED = """
+SELECT id, number, role, content, created_at, meta FROM messages
+WHERE conversation_id = %s AND squashed_at IS NULL AND id > %s
+ORDER BY created_at, id LIMIT %s
+"""
+SELECT_MAX_ID = "SELECT COALESCE(max(id), 0) AS id FROM messages WHERE conversation_id = %s"
 COUNT_MESSAGES = "SELECT count(*) AS n FROM messages WHERE conversation_id = %s"
 
 
@@ -71,7 +78,9 @@ class ConversationRepository(Repository):
         """Return the user's latest conversation, creating one if there is none."""
         async with self._conn(conn) as c, c.transaction():
             await c.execute(LOCK_USER, (telegram_user_id,))
-            row = await (await c.execute(SELECT_LATEST_CONVERSATION, (telegram_user_id,))).fetchone()
+            row = await (
+                await c.execute(SELECT_LATEST_CONVERSATION, (telegram_user_id,))
+            ).fetchone()
             if row is not None:
                 return uuid.UUID(str(row["id"]))
             new_id = uuid.uuid4()
@@ -164,3 +173,17 @@ class ConversationRepository(Repository):
         async with self._conn(conn) as c:
             row = await (await c.execute(COUNT_MESSAGES, (conversation_id,))).fetchone()
             return int(row["n"]) if row else 0
+
+    async def unsummarized(
+        self, conversation_id: uuid.UUID, after_id: int, limit: int, conn: Conn | None = None
+    ) -> list[dict[str, Any]]:
+        """Return up to `limit` live messages after `after_id`, oldest first."""
+        async with self._conn(conn) as c:
+            cur = await c.execute(SELECT_UNSUMMARIZED, (conversation_id, after_id, limit))
+            return list(await cur.fetchall())
+
+    async def max_message_id(self, conversation_id: uuid.UUID, conn: Conn | None = None) -> int:
+        """Return the id of the conversation's newest message (0 if none)."""
+        async with self._conn(conn) as c:
+            row = await (await c.execute(SELECT_MAX_ID, (conversation_id,))).fetchone()
+            return int(row["id"]) if row else 0

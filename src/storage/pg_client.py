@@ -80,15 +80,15 @@ def make_pool(dsn: str, min_size: int = 1, max_size: int = 10) -> AsyncConnectio
 
 
 async def open_pool(
-    dsn: str, min_size: int = 1, max_size: int = 10, timeout: float = 10.0
+    dsn: str, min_size: int = 1, max_size: int = 10, connect_timeout: float = 10.0
 ) -> AsyncConnectionPool[Any]:
     """Open a pool and wait for its first connection, failing fast with a clear error."""
     where = describe_dsn(dsn)
     # Probe once first: the pool itself would retry quietly until the timeout.
     try:
         conn = await asyncio.wait_for(
-            psycopg.AsyncConnection.connect(dsn, connect_timeout=max(1, int(timeout))),
-            timeout,
+            psycopg.AsyncConnection.connect(dsn, connect_timeout=max(1, int(connect_timeout))),
+            connect_timeout,
         )
         await conn.close()
     except (OSError, psycopg.OperationalError, TimeoutError) as exc:
@@ -97,7 +97,7 @@ async def open_pool(
     pool = make_pool(dsn, min_size, max_size)
     await pool.open()
     try:
-        await pool.wait(timeout=timeout)
+        await pool.wait(timeout=connect_timeout)
     except PoolTimeout:
         await pool.close()
         raise DatabaseUnavailable(f"PostgreSQL at {where} did not accept connections") from None

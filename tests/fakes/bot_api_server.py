@@ -211,6 +211,16 @@ class FakeBotAPI(BackgroundAiohttpServer):
             self._faults.clear()
             self.blocked.clear()
 
+    def reset(self) -> None:
+        """Clear everything and restore delay, parse-mode, webhook and command settings."""
+        with self._lock:
+            self.clear()
+            self.reject_parse_mode = False
+            self.delay = 0.0
+            self.webhook_url = ""
+            self.commands.clear()
+            self.files.clear()
+
     # ----- update builders ---------------------------------------------------------------
 
     def push_update(self, update: dict[str, Any]) -> int:
@@ -219,8 +229,12 @@ class FakeBotAPI(BackgroundAiohttpServer):
             update.setdefault("update_id", next(self._update_ids))
             self.updates.append(update)
             self._changed.notify_all()
-        if self._loop is not None and self._wakeup is not None:
-            self._loop.call_soon_threadsafe(self._wakeup.set)
+        loop, wakeup = self._loop, self._wakeup
+        if self._thread is not None and loop is not None and wakeup is not None:
+            try:
+                loop.call_soon_threadsafe(wakeup.set)
+            except RuntimeError:  # the loop closed meanwhile
+                pass
         return int(update["update_id"])
 
     def _message(
@@ -233,6 +247,7 @@ class FakeBotAPI(BackgroundAiohttpServer):
         language_code: str | None = "ru",
         reply_to_bot: bool = False,
         title: str = "Test group",
+        new_id: bool = True,
     ) -> dict[str, Any]:
         """Build the common part of a user message."""
         user: dict[str, Any] = {"id": user_id, "is_bot": False, "first_name": first_name}
@@ -250,8 +265,10 @@ class FakeBotAPI(BackgroundAiohttpServer):
             chat = {"id": chat_id, "type": chat_type, "title": title}
         with self._lock:
             self._chats[chat["id"]] = chat
-            message_id = next(self._message_ids)
-            self._last_message[(chat["id"], user_id)] = message_id
+            message_id = 0
+            if new_id:
+                message_id = next(self._message_ids)
+                self._last_message[(chat["id"], user_id)] = message_id
         message = {"message_id": message_id, "date": int(time.time()), "chat": chat, "from": user}
         if reply_to_bot:
             message["reply_to_message"] = self._bot_message(chat, "previous bot message")
@@ -312,11 +329,15 @@ class FakeBotAPI(BackgroundAiohttpServer):
         self, user_id: int, text: str, message_id: int | None = None, **kw: Any
     ) -> int:
         """Queue an edit of the user's last (or given) message in that chat."""
-        message = self._message(user_id, **kw) | {"text": text, "edit_date": int(time.time())}
+        message = self._message(user_id, new_id=False, **kw)
         with self._lock:
-            previous = self._last_message.get((message["chat"]["id"], user_id), 0) - 1
-            self._last_message[(message["chat"]["id"], user_id)] = previous
-        message["message_id"] = message_id or previous
+            previous = self._last_message.get((message["chat"]["id"], user_id))
+        message_id = message_id or previous
+        if message_id is None:
+            raise ValueError("no earlier message from this user in this chat to edit")
+        message |= {"message_id": message_id, "text": text, "edit_date": int(time.time())}
+        if entities := compute_entities(text):
+            message["entities"] = entities
         return self.push_update({"edited_message": message})
 
     def push_channel_post(self, chat_id: int, text: str, title: str = "Test channel") -> int:
@@ -343,7 +364,10 @@ class FakeBotAPI(BackgroundAiohttpServer):
         """Parse query, JSON, url-encoded or multipart parameters."""
         params: dict[str, Any] = {k: _decode(k, v) for k, v in request.query.items()}
         if request.content_type == "application/json":
-            params |= await request.json() if request.can_read_body else {}
+            try:
+                params |= await request.json() if request.can_read_body else {}
+            except ValueError:
+                params["_invalid_json"] = True
         elif request.can_read_body:
             for key, value in (await request.post()).items():
                 if isinstance(value, web.FileField):
@@ -478,7 +502,9 @@ class FakeBotAPI(BackgroundAiohttpServer):
             return {"id": chat_id, "type": "private", "first_name": "Test"}
         return {"id": chat_id if isinstance(chat_id, int) else -1, "type": "supergroup"}
 
-    def _record(self, method: str, chat_id: Any, text: str, params: dict[str, Any], mid: int) -> None:
+    def _record(
+        self, method: str, chat_id: Any, text: str, params: dict[str, Any], mid: int
+    ) -> None:
         entry = {"method": method, "chat_id": chat_id, "text": text, "params": params}
         with self._changed:
             self.sent.append(entry | {"time": time.time(), "message_id": mid})

@@ -76,7 +76,7 @@ class BackgroundAiohttpServer:
         self._loop = loop
         try:
             loop.run_until_complete(self._startup())
-        except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
+        except BaseException as exc:  # reported to the starting thread
             errors.append(exc)
             ready.set()
             loop.close()
@@ -253,6 +253,14 @@ class FakeOpenAI(BackgroundAiohttpServer):
             self._faults.clear()
             self._delays.clear()
 
+    def reset(self) -> None:
+        """Clear everything and restore the default reply, delay and concurrency key."""
+        with self._lock:
+            self.clear()
+            self.default_reply = echo_reply
+            self.delay = 0.0
+            self.concurrency_key = None
+
     def _build_app(self) -> web.Application:
         app = web.Application()
         for prefix in ("/v1", ""):
@@ -270,7 +278,7 @@ class FakeOpenAI(BackgroundAiohttpServer):
         if self.concurrency_key is not None:
             try:
                 key = self.concurrency_key(body)
-            except Exception:  # noqa: BLE001 - a bad key function just disables tracking
+            except Exception:  # a bad key function just disables tracking
                 key = None
         with self._lock:
             self.requests.append(body)
@@ -413,7 +421,9 @@ class FakeOpenAI(BackgroundAiohttpServer):
                 first = {"index": i, "id": call["id"], "type": "function"}
                 first["function"] = {"name": fn["name"], "arguments": ""}
                 await send({"tool_calls": [first]})
-                await send({"tool_calls": [{"index": i, "function": {"arguments": fn["arguments"]}}]})
+                await send(
+                    {"tool_calls": [{"index": i, "function": {"arguments": fn["arguments"]}}]}
+                )
             await send({}, finish)
         if (body.get("stream_options") or {}).get("include_usage"):
             await send(None)

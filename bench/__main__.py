@@ -1,0 +1,28 @@
+"""Run a benchmark: `python -m bench storage [options]`."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+
+
+def _storage(argv: Sequence[str]) -> int:
+    from bench.storage_bench import main
+
+    return main(argv)
+
+
+BENCHMARKS: dict[str, Callable[[Sequence[str]], int]] = {"storage": _storage}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Dispatch to the named benchmark, passing the remaining arguments on."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] not in BENCHMARKS:
+        print(f"usage: python -m bench {{{','.join(BENCHMARKS)}}} [options]", file=sys.stderr)
+        return 2
+    return BENCHMARKS[args[0]](args[1:])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

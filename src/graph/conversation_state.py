@@ -1,0 +1,53 @@
+"""The state one turn of the conversation graph carries from node to node."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, TypedDict
+
+from langchain_core.messages import AnyMessage
+from langgraph.graph.message import add_messages
+
+
+class ConversationState(TypedDict, total=False):
+    """State of one turn; the thread (conversation) keeps the last turn's values."""
+
+    user_id: int
+    """Owner of the memory: the Telegram user, or the group chat, never set by the model."""
+    conversation_id: str
+    """The conversation (and LangGraph thread) this turn belongs to."""
+    language: str | None
+    """The user's Telegram language code, for the bot's own texts."""
+    input_text: str
+    """The user's message as stored: `[Текущее время: ...] text`."""
+    input_message_id: int
+    """Database id of the stored user message (already persisted before the graph ran)."""
+    input_number: int
+    """Absolute number of the stored user message in its conversation."""
+    history: list[dict[str, Any]]
+    """Stored messages of the working window, oldest first, the current message excluded."""
+    summary: str
+    """Running summary of what left the working window (empty after /forget)."""
+    facts: list[dict[str, Any]]
+    """Typed facts about the user, most important first."""
+    compacts: list[dict[str, Any]]
+    """Compacts of the user's previous conversations, newest first."""
+    thread: list[dict[str, Any]]
+    """The numbered thread the model saw: per position, the stored message's id, number
+    and role (the current message last); tools resolve positions against it."""
+    messages: Annotated[list[AnyMessage], add_messages]
+    """What the model sees this turn: system prompt, numbered history, current message,
+    then the model's answers and tool results."""
+    tool_rounds: int
+    """How many times the model asked for tools this turn."""
+    tools_used: list[str]
+    """Names of the tools run this turn, in first-use order."""
+    reply: str
+    """The assistant's final answer to the user."""
+    stored_count: int
+    """Messages this turn stored (the user message included), for seed 000's counter."""
+    context_tokens: int
+    """Tokens of the assembled context sent on the first model call."""
+    usage: dict[str, int]
+    """Tokens the model reported for this turn: input, output."""
+    summarized: int
+    """Messages the summarizer folded into the running summary this turn."""

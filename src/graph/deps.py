@@ -1,0 +1,34 @@
+"""What the graph needs from outside, injected once by whoever builds it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from langchain_core.language_models import BaseChatModel
+
+from src.config import Settings
+from src.graph.tokens import ApproxCounter, TokenCounter
+from src.storage.conversation_repo import ConversationRepository
+from src.storage.memory_repo import MemoryRepository
+from src.storage.users_repo import UsersRepository
+
+
+def utc_now() -> datetime:
+    """Return the current time, aware, in UTC."""
+    return datetime.now(UTC)
+
+
+@dataclass
+class GraphDeps:
+    """Repositories, models, clock and settings the nodes and tools use."""
+
+    settings: Settings
+    conversations: ConversationRepository
+    users: UsersRepository
+    memory: MemoryRepository
+    chat_model: BaseChatModel
+    summary_model: BaseChatModel
+    clock: Callable[[], datetime] = utc_now
+    counter: TokenCounter = field(default_factory=ApproxCounter)

@@ -1,0 +1,67 @@
+"""Wire the conversation graph: load_history -> build_context -> agent <-> tools ->
+log_tools -> save_response -> summarize?"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from langchain_core.tools import BaseTool
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.prebuilt import ToolNode
+
+from src.graph.conversation_state import ConversationState
+from src.graph.deps import GraphDeps
+from src.graph.nodes import Nodes
+from src.graph.tools import make_memory_tools
+
+NODE_NAMES = (
+    "load_history",
+    "build_context",
+    "agent",
+    "tools",
+    "log_tools",
+    "save_response",
+    "summarize",
+)
+
+
+def tool_error_message(error: Exception) -> str:
+    """Turn any tool failure into a message the model can read and act on."""
+    return f"Error: {error}"
+
+
+def make_tools(deps: GraphDeps) -> list[BaseTool]:
+    """Return every tool the model is offered."""
+    return make_memory_tools(deps)
+
+
+def build_graph(deps: GraphDeps, checkpointer: BaseCheckpointSaver[Any] | None = None) -> Any:
+    """Compile the conversation graph over the injected dependencies."""
+    tools = make_tools(deps)
+    nodes = Nodes(deps, tools)
+    builder = StateGraph(ConversationState)
+    builder.add_node("load_history", nodes.load_history)
+    builder.add_node("build_context", nodes.build_context)
+    builder.add_node("agent", nodes.agent)
+    builder.add_node("tools", ToolNode(tools, handle_tool_errors=tool_error_message))
+    builder.add_node("log_tools", nodes.log_tools)
+    builder.add_node("save_response", nodes.save_response)
+    builder.add_node("summarize", nodes.summarize)
+
+    builder.add_edge(START, "load_history")
+    builder.add_edge("load_history", "build_context")
+    builder.add_edge("build_context", "agent")
+    builder.add_conditional_edges("agent", nodes.route_after_agent, ["tools", "log_tools"])
+    builder.add_edge("tools", "agent")
+    builder.add_edge("log_tools", "save_response")
+
+    def route_after_save(state: ConversationState) -> Literal["summarize", "__end__"]:
+        # Nothing can have left the window while the window itself is not full.
+        if len(state.get("history") or []) >= deps.settings.max_context:
+            return "summarize"
+        return "__end__"
+
+    builder.add_conditional_edges("save_response", route_after_save, ["summarize", END])
+    builder.add_edge("summarize", END)
+    return builder.compile(checkpointer=checkpointer, name="tgagent")

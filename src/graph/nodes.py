@@ -1,0 +1,181 @@
+"""The nodes of one turn; each reads the state and returns a partial update."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any, Literal
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage, ToolMessage
+from langchain_core.tools import BaseTool
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
+
+from src.graph import prompts
+from src.graph.context import build_context as assemble_context
+from src.graph.context import reply_text
+from src.graph.conversation_state import ConversationState
+from src.graph.deps import GraphDeps
+from src.graph.summarizer import summarize_overflow
+
+logger = logging.getLogger(__name__)
+
+
+class ModelFailure(RuntimeError):
+    """The chat model failed or answered with nothing usable."""
+
+
+def window_size(active_messages_count: int | None, max_context: int) -> int:
+    """Return how many stored messages enter the context (seed 000)."""
+    if active_messages_count is None:
+        return max_context
+    return max(0, min(active_messages_count, max_context))
+
+
+def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
+    out = dict(row)
+    if out.get("created_at") is not None:
+        out["created_at"] = out["created_at"].isoformat()
+    if out.get("conversation_id") is not None:
+        out["conversation_id"] = str(out["conversation_id"])
+    return out
+
+
+def _turn_messages(state: ConversationState) -> list[BaseMessage]:
+    """Return the messages the model and tools produced this turn (after the input)."""
+    messages = state.get("messages") or []
+    for i in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[i], HumanMessage):
+            return list(messages[i + 1 :])
+    return []
+
+
+class Nodes:
+    """The graph's nodes, bound to injected dependencies."""
+
+    def __init__(self, deps: GraphDeps, tools: list[BaseTool]) -> None:
+        self.deps = deps
+        self.tools = tools
+        self.model_with_tools = deps.chat_model.bind_tools(tools) if tools else deps.chat_model
+
+    async def load_history(self, state: ConversationState) -> dict[str, Any]:
+        """Load the working window, running summary, facts and previous conversations."""
+        deps, user_id = self.deps, state["user_id"]
+        conversation_id = uuid.UUID(state["conversation_id"])
+        user = await deps.users.get(user_id)
+        window = window_size(
+            user["active_messages_count"] if user else None, deps.settings.max_context
+        )
+        rows: list[dict[str, Any]] = []
+        if window > 0:
+            rows = await deps.conversations.load_last_messages(conversation_id, window + 1)
+            rows = [r for r in rows if r["id"] != state.get("input_message_id")][-window:]
+        conv = await deps.conversations.get_conversation(conversation_id)
+        facts = await deps.memory.list_facts(user_id, deps.settings.max_facts_in_prompt)
+        compacts = []
+        if deps.settings.compacts_in_prompt:
+            compacts = await deps.memory.list_compacts(user_id, deps.settings.compacts_in_prompt)
+        return {
+            "history": [_jsonable(r) for r in rows],
+            "summary": conv["summary"] if conv else "",
+            "facts": [_jsonable(f) for f in facts],
+            "compacts": [_jsonable(c) for c in compacts],
+        }
+
+    async def build_context(self, state: ConversationState) -> dict[str, Any]:
+        """Assemble the model's context within the token budget."""
+        messages, snapshot, tokens = assemble_context(
+            dict(state), self.deps.settings, self.deps.counter
+        )
+        return {
+            "messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *messages],
+            "thread": snapshot,
+            "context_tokens": tokens,
+            "tool_rounds": 0,
+        }
+
+    async def agent(self, state: ConversationState) -> dict[str, Any]:
+        """Call the chat model; past the tool cap, call it without tools."""
+        rounds = state.get("tool_rounds", 0)
+        capped = rounds >= self.deps.settings.max_tool_rounds
+        model: Any = self.deps.chat_model if capped else self.model_with_tools
+        messages = list(state["messages"])
+        if capped:
+            messages.append(HumanMessage(prompts.CAP_REACHED_NOTE))
+        try:
+            answer = await model.ainvoke(messages)
+        except Exception as exc:
+            raise ModelFailure(f"model call failed: {type(exc).__name__}: {exc}") from exc
+        if not isinstance(answer, AIMessage):
+            raise ModelFailure(f"model returned {type(answer).__name__}")
+        if capped and answer.tool_calls:
+            answer = AIMessage(answer.text, id=answer.id, usage_metadata=answer.usage_metadata)
+        if not answer.tool_calls and not reply_text(answer):
+            raise ModelFailure("model returned an empty answer")
+        usage = dict(state.get("usage") or {"input": 0, "output": 0})
+        if answer.usage_metadata:
+            usage["input"] = usage.get("input", 0) + answer.usage_metadata.get("input_tokens", 0)
+            usage["output"] = usage.get("output", 0) + answer.usage_metadata.get("output_tokens", 0)
+        return {
+            "messages": [answer],
+            "tool_rounds": rounds + (1 if answer.tool_calls else 0),
+            "usage": usage,
+        }
+
+    def route_after_agent(self, state: ConversationState) -> Literal["tools", "log_tools"]:
+        """Run the requested tools, or finish the turn."""
+        last = state["messages"][-1]
+        if isinstance(last, AIMessage) and last.tool_calls:
+            return "tools"
+        return "log_tools"
+
+    async def log_tools(self, state: ConversationState) -> dict[str, Any]:
+        """Persist this turn's tool calls and results, then a `Tools used: ...` note."""
+        turn = _turn_messages(state)[:-1]  # the final answer is saved by save_response
+        if not turn:
+            return {"tools_used": [], "stored_count": 1}
+        used: list[str] = []
+        conversation_id = uuid.UUID(state["conversation_id"])
+        async with self.deps.conversations.pool.connection() as conn, conn.transaction():
+            for message in turn:
+                if isinstance(message, AIMessage):
+                    calls = [
+                        {"id": c["id"], "name": c["name"], "args": c["args"]}
+                        for c in message.tool_calls
+                    ]
+                    used.extend(c["name"] for c in message.tool_calls if c["name"] not in used)
+                    await self.deps.conversations.append_message(
+                        conversation_id, "assistant", message.text, {"tool_calls": calls}, conn=conn
+                    )
+                elif isinstance(message, ToolMessage):
+                    meta = {
+                        "tool_call_id": message.tool_call_id,
+                        "name": message.name,
+                        "status": message.status,
+                    }
+                    await self.deps.conversations.append_message(
+                        conversation_id, "tool", message.text, meta, conn=conn
+                    )
+            await self.deps.conversations.append_message(
+                conversation_id, "system", "Tools used: " + ", ".join(used), conn=conn
+            )
+        return {"tools_used": used, "stored_count": 1 + len(turn) + 1}
+
+    async def save_response(self, state: ConversationState) -> dict[str, Any]:
+        """Persist the reply and advance seed 000's active message counter."""
+        reply = reply_text(state["messages"][-1])
+        stored = state.get("stored_count", 1) + 1
+        async with self.deps.conversations.pool.connection() as conn, conn.transaction():
+            await self.deps.conversations.append_message(
+                uuid.UUID(state["conversation_id"]), "assistant", reply, conn=conn
+            )
+            await self.deps.users.advance_active_messages_count(state["user_id"], stored, conn=conn)
+        return {"reply": reply, "stored_count": stored}
+
+    async def summarize(self, state: ConversationState) -> dict[str, Any]:
+        """Fold overflow into the running summary; a failure is logged and loses nothing."""
+        try:
+            folded = await summarize_overflow(self.deps, uuid.UUID(state["conversation_id"]))
+        except Exception:
+            logger.warning("summarizer failed for %s", state["conversation_id"], exc_info=True)
+            folded = 0
+        return {"summarized": folded}

@@ -1,0 +1,253 @@
+"""AgentService: one turn of a user's conversation, and the commands around it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg_pool import PoolTimeout
+
+from src.graph.deps import GraphDeps
+from src.graph.nodes import ModelFailure, window_size
+from src.services.texts import t
+from src.services.turn_lock import TurnLocks
+
+logger = logging.getLogger(__name__)
+
+DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Whose memory a turn uses: a private chat's user, or a group chat."""
+
+    owner_id: int
+    username: str | None = None
+    first_name: str | None = None
+    language_code: str | None = None
+
+
+@dataclass
+class TurnResult:
+    """What one turn produced for the user."""
+
+    reply: str
+    ok: bool = True
+    stored: bool = True
+    conversation_id: str | None = None
+    tools_used: list[str] = field(default_factory=list)
+    tokens_in: int = 0
+    tokens_out: int = 0
+    context_tokens: int = 0
+    ms: float = 0.0
+
+
+def stamp(text: str, when: datetime, settings: Any) -> str:
+    """Prefix the user's text with its local time (seed 004)."""
+    local = when.astimezone(settings.zone)
+    return f"[{settings.time_label}: {local:%Y-%m-%d %H:%M}] {text}"
+
+
+class AgentService:
+    """Run turns through the graph, one at a time per owner, and the memory commands."""
+
+    def __init__(
+        self, deps: GraphDeps, graph: Any, checkpointer: Any = None, compactor: Any = None
+    ) -> None:
+        self.deps = deps
+        self.settings = deps.settings
+        self.graph = graph
+        self.checkpointer = checkpointer
+        self.compactor = compactor
+        self.locks = TurnLocks(deps.conversations.pool)
+        self._background: set[asyncio.Task[Any]] = set()
+
+    # --- one turn ---------------------------------------------------------------
+
+    def check_input(self, text: str, language: str | None) -> str | None:
+        """Return the answer for input that cannot start a turn, or None if it can."""
+        if not text or not text.strip():
+            return t("empty_message", language)
+        if len(text) > self.settings.max_input_chars:
+            return t("too_long", language, size=len(text), limit=self.settings.max_input_chars)
+        return None
+
+    async def handle_message(self, identity: Identity, text: str) -> TurnResult:
+        """Store the user's message, run the graph, and return the reply.
+
+        The reply is returned as soon as it is stored; the summarizer goes on in the
+        background, still holding the owner's turn lock.
+        """
+        refusal = self.check_input(text, identity.language_code)
+        if refusal is not None:
+            return TurnResult(refusal, ok=False, stored=False)
+        loop = asyncio.get_running_loop()
+        result: asyncio.Future[TurnResult] = loop.create_future()
+        task = asyncio.create_task(self._run_turn(identity, text, result))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return await asyncio.shield(result)
+
+    async def _run_turn(
+        self, identity: Identity, text: str, result: asyncio.Future[TurnResult]
+    ) -> None:
+        started = time.perf_counter()
+        lang = identity.language_code
+        try:
+            await self.deps.users.get_or_create(
+                identity.owner_id, identity.username, identity.first_name, lang
+            )
+            async with self.locks.hold(identity.owner_id):
+                await self._turn_locked(identity, text, result, started)
+        except DB_ERRORS:
+            logger.error("database unavailable for a turn of %s", identity.owner_id, exc_info=True)
+            if not result.done():
+                result.set_result(TurnResult(t("store_error", lang), ok=False, stored=False))
+        except Exception:
+            logger.exception("turn of %s failed", identity.owner_id)
+            if not result.done():
+                result.set_result(TurnResult(t("internal_error", lang), ok=False))
+
+    async def _turn_locked(
+        self, identity: Identity, text: str, result: asyncio.Future[TurnResult], started: float
+    ) -> None:
+        deps, lang = self.deps, identity.language_code
+        conversation_id = await deps.conversations.get_or_create_conversation(identity.owner_id)
+        row = await deps.conversations.append_message(
+            conversation_id, "user", stamp(text, deps.clock(), self.settings)
+        )
+        state = {
+            "user_id": identity.owner_id,
+            "conversation_id": str(conversation_id),
+            "language": lang,
+            "input_text": row["content"],
+            "input_message_id": row["id"],
+            "input_number": row["number"],
+            "tools_used": [],
+            "reply": "",
+            "stored_count": 1,
+            "usage": {"input": 0, "output": 0},
+            "summarized": 0,
+        }
+        config = {"configurable": {"thread_id": str(conversation_id)}, "run_name": "turn"}
+        outcome = TurnResult("", conversation_id=str(conversation_id))
+        try:
+            async for update in self.graph.astream(state, config, stream_mode="updates"):
+                for node, values in update.items():
+                    self._collect(outcome, node, values or {})
+                    if node == "save_response":
+                        outcome.ms = (time.perf_counter() - started) * 1000
+                        result.set_result(outcome)
+        except ModelFailure as exc:
+            logger.warning("model failure in a turn of %s: %s", identity.owner_id, exc)
+            if not result.done():
+                result.set_result(
+                    TurnResult(
+                        t("model_error", lang), ok=False, conversation_id=str(conversation_id)
+                    )
+                )
+            return
+        logger.info(
+            "turn user=%s conv=%s in=%d chars out=%d chars tools=%s tokens=%d/%d ctx=%d ms=%.1f",
+            identity.owner_id,
+            conversation_id,
+            len(text),
+            len(outcome.reply),
+            ",".join(outcome.tools_used) or "-",
+            outcome.tokens_in,
+            outcome.tokens_out,
+            outcome.context_tokens,
+            outcome.ms,
+        )
+
+    @staticmethod
+    def _collect(outcome: TurnResult, node: str, values: dict[str, Any]) -> None:
+        if "reply" in values:
+            outcome.reply = values["reply"]
+        if "tools_used" in values:
+            outcome.tools_used = list(values["tools_used"])
+        if "context_tokens" in values:
+            outcome.context_tokens = values["context_tokens"]
+        if "usage" in values:
+            outcome.tokens_in = values["usage"].get("input", 0)
+            outcome.tokens_out = values["usage"].get("output", 0)
+
+    async def drain(self) -> None:
+        """Wait until background work (summaries after replies) has finished."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    # --- commands ----------------------------------------------------------------
+
+    async def new_conversation(self, identity: Identity) -> uuid.UUID:
+        """/new: compact the current session, wipe the user's conversations, start anew."""
+        deps = self.deps
+        await deps.users.get_or_create(
+            identity.owner_id, identity.username, identity.first_name, identity.language_code
+        )
+        async with self.locks.hold(identity.owner_id):
+            old = await deps.conversations.conversation_ids(identity.owner_id)
+            if self.compactor is not None:
+                for conversation_id in old:
+                    await self.compactor.compact_safely(identity.owner_id, conversation_id)
+            new_id = await deps.conversations.create_new_conversation(identity.owner_id)
+            await deps.users.set_active_messages_count(identity.owner_id, None)
+            if self.checkpointer is not None:
+                for conversation_id in old:
+                    await self.checkpointer.adelete_thread(str(conversation_id))
+        return new_id
+
+    async def forget(self, identity: Identity) -> None:
+        """/forget: empty context from now on, history kept, reminders off (seed 000)."""
+        deps = self.deps
+        await deps.users.get_or_create(
+            identity.owner_id, identity.username, identity.first_name, identity.language_code
+        )
+        async with self.locks.hold(identity.owner_id):
+            conversation_id = await deps.conversations.get_or_create_conversation(identity.owner_id)
+            async with deps.conversations.pool.connection() as conn, conn.transaction():
+                await deps.users.forget(identity.owner_id, conn=conn)
+                upto = await deps.conversations.max_message_id(conversation_id, conn=conn)
+                # The forgotten part is never summarized into later context either.
+                await deps.conversations.update_summary(conversation_id, "", upto, conn=conn)
+
+    async def toggle_mute(self, identity: Identity) -> bool:
+        """/mute: flip reminders; return whether they are now on."""
+        user = await self.deps.users.get_or_create(
+            identity.owner_id, identity.username, identity.first_name, identity.language_code
+        )
+        enabled = user["remind_of_yourself"] == "0"
+        await self.deps.users.set_reminders(identity.owner_id, enabled)
+        return enabled
+
+    async def memory_report(self, identity: Identity) -> dict[str, Any]:
+        """Return what is kept about the owner: window, summary, facts, past sessions."""
+        deps = self.deps
+        user = await deps.users.get(identity.owner_id)
+        ids = await deps.conversations.conversation_ids(identity.owner_id)
+        conv = await deps.conversations.get_conversation(ids[0]) if ids else None
+        stored = await deps.conversations.count_messages(ids[0]) if ids else 0
+        return {
+            "window": window_size(
+                user["active_messages_count"] if user else None, self.settings.max_context
+            ),
+            "stored_messages": stored,
+            "summary": conv["summary"] if conv else "",
+            "facts": await deps.memory.list_facts(identity.owner_id),
+            "compacts": await deps.memory.list_compacts(
+                identity.owner_id, self.settings.max_compacts
+            ),
+            "reminders": user is not None and user["remind_of_yourself"] != "0",
+        }
+
+    async def clear_memory(self, identity: Identity) -> tuple[int, int]:
+        """/memory clear: delete the owner's facts and compacts; return how many."""
+        facts = await self.deps.memory.delete_facts(identity.owner_id)
+        compacts = await self.deps.memory.delete_compacts(identity.owner_id)
+        return facts, compacts

@@ -1,0 +1,82 @@
+"""Compose the service from settings: pool, migrations, checkpointer, models, graph."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from psycopg_pool import AsyncConnectionPool
+
+from src.config import Settings
+from src.graph.deps import GraphDeps
+from src.graph.main_graph import build_graph
+from src.graph.tokens import make_counter
+from src.services.agent_service import AgentService
+from src.services.llm_service import make_chat_model, make_summary_model
+from src.storage.conversation_repo import ConversationRepository
+from src.storage.memory_repo import MemoryRepository
+from src.storage.migrations import migrate
+from src.storage.pg_client import open_pool_from_settings
+from src.storage.users_repo import UsersRepository
+
+
+@dataclass
+class Runtime:
+    """Everything a running tgagent holds: close it once at shutdown."""
+
+    settings: Settings
+    pool: AsyncConnectionPool[Any]
+    checkpointer: AsyncPostgresSaver
+    deps: GraphDeps
+    service: AgentService
+    owns_pool: bool = True
+
+    async def close(self) -> None:
+        """Wait for background work, then close the pool if we opened it."""
+        await self.service.drain()
+        if self.owns_pool:
+            await self.pool.close()
+
+
+def make_deps(
+    settings: Settings,
+    pool: AsyncConnectionPool[Any],
+    chat_model: BaseChatModel | None = None,
+    summary_model: BaseChatModel | None = None,
+) -> GraphDeps:
+    """Build the graph's dependencies over an open pool."""
+    return GraphDeps(
+        settings=settings,
+        conversations=ConversationRepository(pool, settings.max_storage),
+        users=UsersRepository(pool),
+        memory=MemoryRepository(pool),
+        chat_model=chat_model or make_chat_model(settings),
+        summary_model=summary_model or make_summary_model(settings),
+        counter=make_counter(settings.llm_model, settings.token_counter),
+    )
+
+
+async def build_runtime(
+    settings: Settings,
+    pool: AsyncConnectionPool[Any] | None = None,
+    chat_model: BaseChatModel | None = None,
+    summary_model: BaseChatModel | None = None,
+) -> Runtime:
+    """Open (or take) the pool, migrate, set up checkpoints, and build the service."""
+    owns_pool = pool is None
+    if pool is None:
+        pool = await open_pool_from_settings(settings)
+    try:
+        await migrate(pool)
+        checkpointer = AsyncPostgresSaver(pool)
+        await checkpointer.setup()
+        deps = make_deps(settings, pool, chat_model, summary_model)
+        graph = build_graph(deps, checkpointer=checkpointer)
+        service = AgentService(deps, graph, checkpointer=checkpointer)
+    except BaseException:
+        if owns_pool:
+            await pool.close()
+        raise
+    return Runtime(settings, pool, checkpointer, deps, service, owns_pool)

@@ -1,0 +1,92 @@
+"""The bot's own words, in Russian and English, chosen by the user's language code."""
+
+from __future__ import annotations
+
+TEXTS: dict[str, dict[str, str]] = {
+    "ru": {
+        "greeting": (
+            "Привет, {name}! Я ассистент с памятью: помню наш разговор, важные факты о вас "
+            "и прошлые беседы. Просто напишите сообщение. /help — список команд."
+        ),
+        "help": (
+            "Я отвечаю на сообщения и помню контекст.\n"
+            "/new — начать новый разговор (текущий будет стёрт)\n"
+            "/forget — начать с чистого листа, сохранив историю\n"
+            "/mute — включить или выключить напоминания\n"
+            "/memory — что я о вас помню; /memory clear — забыть факты и прошлые беседы\n"
+            "/compress — сжать старую часть разговора\n"
+            "/help — эта справка"
+        ),
+        "new": "Начали новый разговор. Предыдущий стёрт.",
+        "forget": "Готово: начинаем с чистого листа. История сохранена, напоминания выключены.",
+        "muted": "Напоминания выключены.",
+        "unmuted": "Напоминания включены.",
+        "unknown_command": "Не знаю такой команды. /help — список команд.",
+        "model_error": "Не получилось получить ответ от модели. Ваше сообщение сохранено — "
+        "попробуйте ещё раз чуть позже.",
+        "store_error": "Не удалось сохранить сообщение — база данных недоступна. "
+        "Пожалуйста, отправьте его ещё раз через минуту.",
+        "internal_error": "Что-то пошло не так. Попробуйте ещё раз.",
+        "empty_message": "Сообщение пустое — напишите что-нибудь.",
+        "too_long": "Сообщение слишком длинное ({size} символов, максимум {limit}). "
+        "Сократите его или разбейте на части.",
+        "not_text": "Пока я понимаю только текст. Опишите словами, что нужно, "
+        "или добавьте подпись.",
+        "not_allowed": "Извините, этот бот доступен только ограниченному кругу пользователей.",
+        "rate_limited": "Слишком много сообщений подряд. Подождите минуту и продолжите.",
+        "reminder": "Давно не общались! Если захотите продолжить — просто напишите.",
+        "memory_cleared": "Забыл факты о вас и прошлые беседы ({facts} фактов, {compacts} бесед).",
+        "chat_no_model": "Модель не настроена: задайте OPENAI_API_KEY и при необходимости "
+        "OPENAI_BASE_URL (OpenRouter, Ollama, vLLM, llama.cpp).",
+    },
+    "en": {
+        "greeting": (
+            "Hi, {name}! I'm an assistant with memory: I remember our conversation, important "
+            "facts about you and our previous chats. Just send a message. /help lists commands."
+        ),
+        "help": (
+            "I answer messages and remember context.\n"
+            "/new — start a new conversation (the current one is erased)\n"
+            "/forget — start from a clean slate, keeping the history\n"
+            "/mute — turn reminders off or on\n"
+            "/memory — what I remember about you; /memory clear — forget facts and past chats\n"
+            "/compress — compress the older part of the conversation\n"
+            "/help — this help"
+        ),
+        "new": "Started a new conversation. The previous one is erased.",
+        "forget": "Done: a clean slate. Your history is kept, reminders are off.",
+        "muted": "Reminders are off.",
+        "unmuted": "Reminders are on.",
+        "unknown_command": "I don't know that command. /help lists commands.",
+        "model_error": "I couldn't get an answer from the model. Your message is saved — "
+        "please try again a bit later.",
+        "store_error": "I couldn't save your message — the database is unavailable. "
+        "Please send it again in a minute.",
+        "internal_error": "Something went wrong. Please try again.",
+        "empty_message": "The message is empty — please write something.",
+        "too_long": "The message is too long ({size} characters, at most {limit}). "
+        "Please shorten it or split it.",
+        "not_text": "For now I only understand text. Describe what you need in words, "
+        "or add a caption.",
+        "not_allowed": "Sorry, this bot is available only to a limited set of users.",
+        "rate_limited": "Too many messages in a row. Please wait a minute.",
+        "reminder": "It's been a while! Just write if you'd like to continue.",
+        "memory_cleared": "Forgot facts about you and past chats "
+        "({facts} facts, {compacts} chats).",
+        "chat_no_model": "No model configured: set OPENAI_API_KEY and, if needed, "
+        "OPENAI_BASE_URL (OpenRouter, Ollama, vLLM, llama.cpp).",
+    },
+}
+
+
+def lang_of(language_code: str | None) -> str:
+    """Return `ru` or `en` for a Telegram language code (Russian speakers get Russian)."""
+    if language_code and language_code.lower().split("-")[0] in ("ru", "uk", "be", "kk"):
+        return "ru"
+    return "en" if language_code else "ru"
+
+
+def t(key: str, language_code: str | None = None, **values: object) -> str:
+    """Return the text `key` in the user's language, formatted with `values`."""
+    text = TEXTS[lang_of(language_code)][key]
+    return text.format(**values) if values else text

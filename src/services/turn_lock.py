@@ -1,0 +1,90 @@
+"""Run one turn at a time per memory owner: an asyncio lock in-process, a lease in Postgres."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+
+logger = logging.getLogger(__name__)
+
+ACQUIRE = """
+INSERT INTO turn_leases (owner_id, holder, expires_at)
+VALUES (%s, %s, now() + make_interval(secs => %s))
+ON CONFLICT (owner_id) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+WHERE turn_leases.expires_at < now()
+RETURNING holder
+"""
+RENEW = """
+UPDATE turn_leases SET expires_at = now() + make_interval(secs => %s)
+WHERE owner_id = %s AND holder = %s
+"""
+RELEASE = "DELETE FROM turn_leases WHERE owner_id = %s AND holder = %s"
+
+
+class TurnLocks:
+    """Serialize turns per owner id within this process and across processes."""
+
+    def __init__(self, pool: AsyncConnectionPool[Any], lease_seconds: float = 120.0) -> None:
+        self.pool = pool
+        self.lease_seconds = lease_seconds
+        self._locks: dict[int, asyncio.Lock] = {}
+        self._waiters: dict[int, int] = {}
+
+    @contextlib.asynccontextmanager
+    async def _local(self, owner_id: int) -> AsyncIterator[None]:
+        lock = self._locks.setdefault(owner_id, asyncio.Lock())
+        self._waiters[owner_id] = self._waiters.get(owner_id, 0) + 1
+        try:
+            async with lock:
+                yield
+        finally:
+            # Forget idle locks so the table does not grow with every user ever seen.
+            self._waiters[owner_id] -= 1
+            if self._waiters[owner_id] == 0:
+                del self._waiters[owner_id]
+                del self._locks[owner_id]
+
+    async def _acquire_lease(self, owner_id: int, holder: str) -> None:
+        delay = 0.01
+        while True:
+            async with self.pool.connection() as conn:
+                cur = await conn.execute(ACQUIRE, (owner_id, holder, self.lease_seconds))
+                if await cur.fetchone() is not None:
+                    return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.25)
+
+    async def _renew_forever(self, owner_id: int, holder: str) -> None:
+        while True:
+            await asyncio.sleep(self.lease_seconds / 3)
+            try:
+                async with self.pool.connection() as conn:
+                    await conn.execute(RENEW, (self.lease_seconds, owner_id, holder))
+            except Exception:
+                logger.warning("could not renew the turn lease of %s", owner_id, exc_info=True)
+
+    @contextlib.asynccontextmanager
+    async def hold(self, owner_id: int) -> AsyncIterator[None]:
+        """Hold the owner's turn lock for the duration of the block."""
+        async with self._local(owner_id):
+            holder = uuid.uuid4().hex
+            await self._acquire_lease(owner_id, holder)
+            renew = asyncio.create_task(self._renew_forever(owner_id, holder))
+            try:
+                yield
+            finally:
+                renew.cancel()
+                try:
+                    async with self.pool.connection() as conn:
+                        await conn.execute(RELEASE, (owner_id, holder))
+                except Exception:
+                    # The lease expires by itself; nothing is lost by not deleting it now.
+                    logger.warning(
+                        "could not release the turn lease of %s", owner_id, exc_info=True
+                    )

@@ -1,0 +1,115 @@
+"""`tgagent db migrate|status` as a user runs them: a subprocess, real PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import quote, urlencode
+
+import psycopg
+import pytest
+
+from src.config import Settings
+from src.storage.migrations import discover
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def as_url(dsn: str) -> str:
+    """Return a libpq DSN (key=value or URL) as a `postgresql://` URL, every key kept."""
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    dbname = str(info.pop("dbname", "") or "")
+    query = urlencode({k: str(v) for k, v in info.items() if v is not None}, quote_via=quote)
+    return f"postgresql:///{quote(dbname)}?{query}"
+
+
+def run_cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run `python -m src.cli` in `tmp_path` (so no `.env` is read) with only `env` set."""
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if k.upper() not in {n.upper() for n in Settings.model_fields} | {"TEST_DATABASE_URL"}
+    }
+    clean["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), clean.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-m", "src.cli", *args],
+        cwd=tmp_path,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def schema_url(fresh_schema: str) -> str:
+    return as_url(fresh_schema)
+
+
+def test_as_url_keeps_options() -> None:
+    dsn = "host=127.0.0.1 port=5432 user=postgres dbname=test options='-c search_path=t_x'"
+    assert psycopg.conninfo.conninfo_to_dict(as_url(dsn)) == psycopg.conninfo.conninfo_to_dict(dsn)
+
+
+def test_migrate_twice_then_status(tmp_path: Path, schema_url: str) -> None:
+    names = [m.name for m in discover()]
+    first = run_cli(tmp_path, "db", "migrate", DATABASE_URL=schema_url)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.splitlines() == [f"applied {name}" for name in names]
+
+    second = run_cli(tmp_path, "db", "migrate", DATABASE_URL=schema_url)
+    assert second.returncode == 0, second.stderr
+    assert "nothing to do" in second.stdout
+    assert "applied" not in second.stdout
+
+    status = run_cli(tmp_path, "db", "status", DATABASE_URL=schema_url)
+    assert status.returncode == 0, status.stderr
+    lines = status.stdout.splitlines()
+    assert len(lines) == len(names)
+    for line, mig in zip(lines, discover(), strict=True):
+        assert line.startswith(f"{mig.version:04d}  applied  ")
+        assert line.endswith(mig.name)
+
+
+def test_status_before_migrate_lists_pending(tmp_path: Path, schema_url: str) -> None:
+    status = run_cli(tmp_path, "db", "status", DATABASE_URL=schema_url)
+    assert status.returncode == 0, status.stderr
+    lines = status.stdout.splitlines()
+    assert [line.split()[:2] for line in lines] == [
+        [f"{m.version:04d}", "pending"] for m in discover()
+    ]
+
+
+def test_unreachable_server_is_one_clear_line(tmp_path: Path) -> None:
+    result = run_cli(tmp_path, "db", "migrate", DATABASE_URL="postgresql://nobody@127.0.0.1:1/x")
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "127.0.0.1:1" in lines[0]
+    assert result.stdout == ""
+
+
+def test_password_never_printed_on_failure(tmp_path: Path) -> None:
+    url = "postgresql://nobody:hunter2secret@127.0.0.1:1/x"
+    result = run_cli(tmp_path, "db", "status", DATABASE_URL=url)
+    assert result.returncode != 0
+    assert "hunter2secret" not in result.stderr + result.stdout
+
+
+def test_invalid_setting_exits_2_naming_it(tmp_path: Path) -> None:
+    result = run_cli(tmp_path, "db", "migrate", MAX_CONTEXT="-3")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "MAX_CONTEXT" in lines[0]
+
+
+def test_env_file_in_working_directory_is_used(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text("MAX_CONTEXT=-3\n", encoding="utf-8")
+    result = run_cli(tmp_path, "db", "status")
+    assert result.returncode == 2
+    assert "MAX_CONTEXT" in result.stderr

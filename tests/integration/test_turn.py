@@ -1,0 +1,84 @@
+"""One turn through AgentService, the graph, real Postgres and the local model server."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from src.services.agent_service import Identity
+
+ALICE = Identity(101, "alice", "Alice", "ru")
+STAMP = re.compile(r"^\[Текущее время: \d{4}-\d\d-\d\d \d\d:\d\d\] ")
+
+
+def _user_texts(request: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in request["messages"] if m["role"] == "user"]
+
+
+async def test_turn_stores_both_messages_and_replies(runtime_factory: Any, llm: Any) -> None:
+    rt = await runtime_factory()
+    llm.script("Привет! Чем помочь?")
+    result = await rt.service.handle_message(ALICE, "Привет")
+    assert result.ok and result.reply == "Привет! Чем помочь?"
+    request = llm.last_request()
+    assert request["messages"][0]["role"] == "system"
+    users = _user_texts(request)
+    assert len(users) == 1 and users[0].startswith("[1] User: [Текущее время: ")
+    conv = await rt.deps.conversations.get_or_create_conversation(ALICE.owner_id)
+    rows = await rt.deps.conversations.load_last_messages(conv)
+    assert [r["role"] for r in rows] == ["user", "assistant"]
+    assert STAMP.match(rows[0]["content"]) and rows[0]["content"].endswith("] Привет")
+    assert rows[1]["content"] == "Привет! Чем помочь?"
+
+
+async def test_history_window_last_30_in_order(runtime_factory: Any, llm: Any) -> None:
+    rt = await runtime_factory(summary_trigger=1000)
+    for i in range(20):
+        await rt.service.handle_message(ALICE, f"msg {i}")
+    await rt.service.drain()
+    await rt.service.handle_message(ALICE, "last")
+    request = llm.last_request()
+    body = request["messages"][1:]
+    assert len(body) == 31  # 30 stored messages + the current one
+    contents = [m["content"] for m in body]
+    assert contents[0].startswith("[1] User: [") and contents[0].endswith("msg 5")
+    assert contents[-1].startswith("[31] User: [") and contents[-1].endswith("last")
+    assert sum("last" in c for c in contents) == 1
+
+
+async def test_model_failure_keeps_message_and_next_turn_works(
+    runtime_factory: Any, llm: Any
+) -> None:
+    rt = await runtime_factory()
+    llm.fail_next(1, status=500)  # max_retries=0 in tests
+    result = await rt.service.handle_message(ALICE, "сохрани меня")
+    assert not result.ok and "сохранено" in result.reply
+    llm.script("ok now")
+    result = await rt.service.handle_message(ALICE, "again")
+    assert result.ok and result.reply == "ok now"
+    conv = await rt.deps.conversations.get_or_create_conversation(ALICE.owner_id)
+    rows = await rt.deps.conversations.load_last_messages(conv)
+    assert [r["content"].split("] ", 1)[1] for r in rows if r["role"] == "user"] == [
+        "сохрани меня",
+        "again",
+    ]
+    assert "сохрани меня" in " ".join(_user_texts(llm.last_request()))
+
+
+async def test_tools_used_logged(runtime_factory: Any, llm: Any) -> None:
+    rt = await runtime_factory()
+    await rt.service.handle_message(ALICE, "my cat is called Barsik")
+    llm.script(
+        {"tool_calls": [{"name": "search_history", "args": {"query": "Barsik"}}]},
+        "Your cat is Barsik.",
+    )
+    result = await rt.service.handle_message(ALICE, "what is my cat called?")
+    assert result.reply == "Your cat is Barsik." and result.tools_used == ["search_history"]
+    tool_msg = [m for m in llm.last_request()["messages"] if m["role"] == "tool"]
+    assert "Barsik" in tool_msg[0]["content"]
+    conv = await rt.deps.conversations.get_or_create_conversation(ALICE.owner_id)
+    rows = await rt.deps.conversations.load_last_messages(conv)
+    assert [r["role"] for r in rows[2:]] == ["user", "assistant", "tool", "system", "assistant"]
+    assert rows[-2]["content"] == "Tools used: search_history"
+    user = await rt.deps.users.get(ALICE.owner_id)
+    assert user["active_messages_count"] is None

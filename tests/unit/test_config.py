@@ -1,0 +1,234 @@
+"""Settings: defaults, parsing from the environment, one clear line per wrong value."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import platformdirs
+import psycopg
+import pytest
+
+from src.config import ConfigError, Settings, load_settings
+from src.logging_setup import RedactSecrets, configure_logging, secrets_of
+
+ENV_NAMES = [name.upper() for name in Settings.model_fields] + ["TEST_DATABASE_URL"]
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Hide the developer's environment and any `.env` in the working directory."""
+    for name in ENV_NAMES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+def load(**overrides: object) -> Settings:
+    return load_settings(_env_file=None, **overrides)
+
+
+def config_error(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> str:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as info:
+        load()
+    message = str(info.value)
+    assert "\n" not in message
+    assert name in message
+    return message
+
+
+def test_defaults() -> None:
+    s = load()
+    assert (s.max_context, s.max_storage) == (30, 0)
+    assert (s.pg_pool_min, s.pg_pool_max) == (1, 10)
+    assert (s.pg_port, s.pg_db, s.pg_user) == (5432, "ai_db", "postgres")
+    assert s.pg_host is None and s.pg_password is None and s.database_url is None
+    assert s.timezone == "Europe/Moscow" and s.zone.key == "Europe/Moscow"
+    assert s.tgagent_data_dir == Path(platformdirs.user_data_dir("tgagent"))
+    assert s.allowed_user_ids == [] and s.model_context_limits == {}
+    assert s.telegram_bot_token is None and s.openai_api_key is None
+    assert s.uses_embedded_db and s.server_dsn() is None
+
+
+def test_env_file_in_working_directory_is_read(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text("MAX_CONTEXT=12\n", encoding="utf-8")
+    assert load_settings().max_context == 12
+    assert load().max_context == 30
+
+
+def test_env_parsing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ALLOWED_USER_IDS", "1,2")
+    monkeypatch.setenv("ADMIN_USER_IDS", "7")
+    monkeypatch.setenv("MODEL_CONTEXT_LIMITS", '{"gpt-4o-mini": 128000, "local": 8192}')
+    monkeypatch.setenv("max_context", "12")
+    monkeypatch.setenv("TIMEZONE", "UTC")
+    monkeypatch.setenv("TGAGENT_DATA_DIR", "/tmp/tga-data")
+    s = load()
+    assert s.allowed_user_ids == [1, 2]
+    assert s.admin_user_ids == [7]
+    assert s.model_context_limits == {"gpt-4o-mini": 128000, "local": 8192}
+    assert s.context_limit("local") == 8192
+    assert s.context_limit("unknown") == s.default_context_limit
+    assert s.max_context == 12
+    assert s.zone.key == "UTC"
+    assert s.tgagent_data_dir == Path("/tmp/tga-data")
+
+
+def test_empty_id_list_and_spaces(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ALLOWED_USER_IDS", " 1 , 2 ;3,")
+    assert load().allowed_user_ids == [1, 2, 3]
+    monkeypatch.setenv("ALLOWED_USER_IDS", "")
+    assert load().allowed_user_ids == []
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("MAX_CONTEXT", "-3"),
+        ("MAX_CONTEXT", "thirty"),
+        ("MAX_STORAGE", "-1"),
+        ("PG_PORT", "70000"),
+        ("PG_POOL_MAX", "0"),
+        ("DATABASE_URL", "mysql://x"),
+        ("DATABASE_URL", "not a url"),
+        ("DATABASE_URL", "postgresql://u@h:99999/db"),
+        ("TIMEZONE", "Mars/Olympus_Mons"),
+        ("ALLOWED_USER_IDS", "1,x"),
+        ("MODEL_CONTEXT_LIMITS", "{not json"),
+        ("SUMMARY_STRATEGY", "guess"),
+    ],
+)
+def test_wrong_value_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    message = config_error(monkeypatch, name, value)
+    assert message.startswith("invalid configuration: ")
+
+
+def test_malformed_database_url_does_not_echo_the_password(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    message = config_error(monkeypatch, "DATABASE_URL", "mysql://u:hunter2secret@h/db")
+    assert "hunter2secret" not in message
+
+
+def test_two_wrong_values_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MAX_CONTEXT", "-3")
+    monkeypatch.setenv("TIMEZONE", "Nowhere/City")
+    with pytest.raises(ConfigError) as info:
+        load()
+    message = str(info.value)
+    assert "MAX_CONTEXT" in message and "TIMEZONE" in message and "\n" not in message
+
+
+def test_database_url_selects_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    url = "postgresql://bob:pw@db.example:6543/app"
+    monkeypatch.setenv("DATABASE_URL", url)
+    monkeypatch.setenv("PG_HOST", "ignored.example")
+    s = load()
+    assert not s.uses_embedded_db
+    assert s.server_dsn() == url
+    assert "pw" not in repr(s.database_url)
+
+
+def test_empty_database_url_means_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DATABASE_URL", "")
+    s = load()
+    assert s.database_url is None and s.uses_embedded_db
+
+
+def test_server_dsn_from_pg_vars(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PG_HOST", "db.local")
+    monkeypatch.setenv("PG_PORT", "6543")
+    monkeypatch.setenv("PG_DB", "memory")
+    monkeypatch.setenv("PG_USER", "agent")
+    monkeypatch.setenv("PG_PASSWORD", "s3cret")
+    s = load()
+    assert not s.uses_embedded_db
+    dsn = s.server_dsn()
+    assert dsn is not None
+    assert psycopg.conninfo.conninfo_to_dict(dsn) == {
+        "host": "db.local",
+        "port": "6543",
+        "dbname": "memory",
+        "user": "agent",
+        "password": "s3cret",
+    }
+
+
+def test_server_dsn_without_password(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PG_HOST", "127.0.0.1")
+    dsn = load().server_dsn()
+    assert dsn is not None
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    assert "password" not in info
+    assert (info["port"], info["dbname"], info["user"]) == ("5432", "ai_db", "postgres")
+
+
+def test_model_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLM_MODEL", "main")
+    s = load()
+    assert s.effective_summary_model == "main" and s.effective_compact_model == "main"
+    monkeypatch.setenv("SUMMARY_MODEL", "cheap")
+    s = load()
+    assert s.effective_summary_model == "cheap" and s.effective_compact_model == "cheap"
+
+
+# --- logging: secrets never reach a log line ---
+
+TOKEN = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
+
+
+def _record(msg: str, *args: object) -> logging.LogRecord:
+    return logging.LogRecord("t", logging.INFO, __file__, 1, msg, args, None)
+
+
+def test_redact_masks_configured_secrets() -> None:
+    s = load(
+        telegram_bot_token=TOKEN,
+        openai_api_key="sk-test-abcdef123456",
+        database_url="postgresql://u:dbpassword99@h/db",
+    )
+    redact = RedactSecrets(secrets_of(s))
+    record = _record("key=%s token=%s pw=%s", "sk-test-abcdef123456", TOKEN, "dbpassword99")
+    assert redact.filter(record)
+    text = record.getMessage()
+    assert "sk-test-abcdef123456" not in text
+    assert TOKEN not in text
+    assert "dbpassword99" not in text
+    assert text.count("***") == 3
+
+
+def test_redact_masks_bot_url_tokens_even_unconfigured() -> None:
+    redact = RedactSecrets([])
+    record = _record("POST https://api.telegram.org/bot%s/getUpdates", TOKEN)
+    redact.filter(record)
+    assert record.getMessage() == "POST https://api.telegram.org/bot***/getUpdates"
+    file_url = _record(f"GET https://api.telegram.org/file/bot{TOKEN}/photos/1.jpg")
+    redact.filter(file_url)
+    assert TOKEN not in file_url.getMessage()
+
+
+def test_redact_leaves_clean_records_alone() -> None:
+    record = _record("turn user=%s ms=%d", 42, 17)
+    RedactSecrets(["longsecret"]).filter(record)
+    assert record.args == (42, 17) and record.getMessage() == "turn user=42 ms=17"
+
+
+def test_configure_logging_redacts_every_line(capsys: pytest.CaptureFixture[str]) -> None:
+    s = load(openai_api_key="sk-live-zzzzzzzz9999")
+    root = logging.getLogger()
+    saved_handlers, saved_level = list(root.handlers), root.level
+    try:
+        configure_logging("info", s)
+        logging.getLogger("tgagent.test").info("calling with key %s", "sk-live-zzzzzzzz9999")
+        logging.getLogger("httpx").info("https://api.telegram.org/bot%s/getMe", TOKEN)
+        err = capsys.readouterr().err
+        assert "calling with key ***" in err
+        assert "sk-live-zzzzzzzz9999" not in err and TOKEN not in err
+    finally:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        for handler in saved_handlers:
+            root.addHandler(handler)
+        root.setLevel(saved_level)
