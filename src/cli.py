@@ -51,38 +51,28 @@ async def _db_status(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
-    """Return the argument parser and the command each subcommand path runs."""
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser; each leaf parser sets `handler` to its command."""
     parser = argparse.ArgumentParser(prog="tgagent", description=__doc__)
     parser.add_argument("--log-level", default=None, help="override LOG_LEVEL")
     sub = parser.add_subparsers(dest="command", required=True)
-    commands: dict[str, Command] = {}
 
     db = sub.add_parser("db", help="database maintenance")
     db_sub = db.add_subparsers(dest="db_command", required=True)
-    db_sub.add_parser("migrate", help="apply pending migrations")
-    db_sub.add_parser("status", help="show applied and pending migrations")
-    commands["db.migrate"] = _db_migrate
-    commands["db.status"] = _db_status
+    db_sub.add_parser("migrate", help="apply pending migrations").set_defaults(handler=_db_migrate)
+    db_sub.add_parser("status", help="show applied and pending migrations").set_defaults(
+        handler=_db_status
+    )
 
     from src import cli_commands
 
-    cli_commands.register(sub, commands)
-    return parser, commands
-
-
-def _command_key(args: argparse.Namespace) -> str:
-    key = args.command
-    for attr in ("db_command", "runs_command"):
-        value = getattr(args, attr, None)
-        if value and args.command == attr.split("_")[0]:
-            key = f"{key}.{value}"
-    return key
+    cli_commands.register(sub, db_sub)
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `tgagent` command line and return its exit code."""
-    parser, commands = build_parser()
+    parser = build_parser()
     args = parser.parse_args(argv)
     try:
         settings = load_settings()
@@ -90,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"tgagent: {exc}", file=sys.stderr)  # noqa: T201
         return 2
     configure_logging(args.log_level or settings.log_level, settings)
-    command = commands[_command_key(args)]
+    command: Command = args.handler
     try:
         return asyncio.run(command(args, settings))
     except (DatabaseUnavailable, ConfigError) as exc:
