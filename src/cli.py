@@ -79,7 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"tgagent: {exc}", file=sys.stderr)  # noqa: T201
         return 2
-    configure_logging(args.log_level or settings.log_level, settings)
+    default_level = "WARNING" if getattr(args, "quiet_logs", False) else settings.log_level
+    configure_logging(args.log_level or default_level, settings)
     command: Command = args.handler
     try:
         return asyncio.run(command(args, settings))

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import platformdirs
+import psycopg
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
@@ -116,7 +117,15 @@ class Settings(BaseSettings):
     def _check_url(cls, value: SecretStr | None) -> SecretStr | None:
         if value is None or not value.get_secret_value():
             return None
-        parts = urlsplit(value.get_secret_value())
+        raw = value.get_secret_value()
+        if "://" not in raw and "=" in raw:
+            # libpq's key=value form ("host=... dbname=..."), as psycopg accepts it
+            try:
+                psycopg.conninfo.conninfo_to_dict(raw)
+            except psycopg.ProgrammingError:
+                raise ValueError("is not a valid key=value connection string") from None
+            return value
+        parts = urlsplit(raw)
         try:
             parts.port  # noqa: B018 - raises ValueError on a port outside 0-65535
         except ValueError:

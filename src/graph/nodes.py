@@ -31,6 +31,11 @@ def window_size(active_messages_count: int | None, max_context: int) -> int:
     return max(0, min(active_messages_count, max_context))
 
 
+def _cap_fallback(language: str | None) -> str:
+    lang = "en" if language and not language.lower().startswith(("ru", "uk", "be", "kk")) else "ru"
+    return prompts.CAP_FALLBACK_REPLY[lang]
+
+
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
     out = dict(row)
     if out.get("created_at") is not None:
@@ -107,8 +112,9 @@ class Nodes:
             raise ModelFailure(f"model call failed: {type(exc).__name__}: {exc}") from exc
         if not isinstance(answer, AIMessage):
             raise ModelFailure(f"model returned {type(answer).__name__}")
-        if capped and answer.tool_calls:
-            answer = AIMessage(answer.text, id=answer.id, usage_metadata=answer.usage_metadata)
+        if capped and (answer.tool_calls or not reply_text(answer)):
+            text = reply_text(answer) or _cap_fallback(state.get("language"))
+            answer = AIMessage(text, id=answer.id, usage_metadata=answer.usage_metadata)
         if not answer.tool_calls and not reply_text(answer):
             raise ModelFailure("model returned an empty answer")
         usage = dict(state.get("usage") or {"input": 0, "output": 0})

@@ -35,3 +35,9 @@ Rules:
 CAP_REACHED_NOTE = (
     "Tool budget for this message is used up: answer the user now with what you have."
 )
+
+# Said to the user when the model still wants tools after the cap and writes no answer.
+CAP_FALLBACK_REPLY = {
+    "ru": "Не успел закончить: слишком много шагов с инструментами. Уточните, пожалуйста, запрос.",
+    "en": "I couldn't finish: it took too many tool steps. Could you narrow the request down?",
+}

@@ -1,0 +1,105 @@
+"""`tgagent chat`: talk to the agent in the terminal, through the very same service."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import sys
+from typing import Any, TextIO
+
+from src.config import Settings
+from src.services.agent_service import AgentService, Identity
+from src.services.factory import build_runtime
+from src.services.llm_service import model_configured
+from src.services.texts import t
+
+EXIT_COMMANDS = frozenset({"/exit", "/quit", "/q"})
+
+
+def register(sub: Any, db_sub: Any) -> None:
+    """Add `tgagent chat`."""
+    del db_sub
+    parser = sub.add_parser("chat", help="chat with the agent in the terminal")
+    parser.add_argument("--user-id", type=int, default=1, help="whose memory to use (default 1)")
+    parser.add_argument("--lang", default="ru", help="language of the bot's own texts (ru|en)")
+    # Replies go to stdout; only warnings go to stderr unless --log-level says otherwise.
+    parser.set_defaults(handler=run_chat, quiet_logs=True)
+
+
+def _format_memory(report: dict[str, Any], lang: str) -> str:
+    lines = [
+        f"window: {report['window']} messages, stored: {report['stored_messages']}",
+        f"reminders: {'on' if report['reminders'] else 'off'}",
+    ]
+    if report["summary"]:
+        lines.append("summary: " + report["summary"])
+    for fact in report["facts"]:
+        lines.append(
+            f"fact ({fact['type']}, {fact['importance']}): {fact['key']} = {fact['value']}"
+        )
+    for compact in report["compacts"]:
+        lines.append(
+            f"previous conversation {compact['created_at']:%Y-%m-%d}: {compact['summary']}"
+        )
+    return "\n".join(lines)
+
+
+async def answer_line(service: AgentService, identity: Identity, line: str) -> str:
+    """Return the agent's answer to one line typed in the terminal."""
+    lang = identity.language_code
+    command, _, rest = line.strip().partition(" ")
+    if command in ("/help", "/start"):
+        return t("help", lang)
+    if command == "/new":
+        await service.new_conversation(identity)
+        return t("new", lang)
+    if command == "/forget":
+        await service.forget(identity)
+        return t("forget", lang)
+    if command == "/mute":
+        return t("unmuted" if await service.toggle_mute(identity) else "muted", lang)
+    if command == "/memory":
+        if rest.strip() == "clear":
+            facts, compacts = await service.clear_memory(identity)
+            return t("memory_cleared", lang, facts=facts, compacts=compacts)
+        return _format_memory(await service.memory_report(identity), lang or "ru")
+    if command.startswith("/") and len(command) > 1 and " " not in command:
+        return t("unknown_command", lang)
+    return (await service.handle_message(identity, line)).reply
+
+
+async def chat_loop(
+    service: AgentService, identity: Identity, stdin: TextIO, stdout: TextIO
+) -> None:
+    """Read lines until EOF or /exit, answering each."""
+    interactive = stdin.isatty()
+    while True:
+        if interactive:
+            stdout.write("you> ")
+            stdout.flush()
+        line = await asyncio.to_thread(stdin.readline)
+        if not line:
+            break
+        line = line.rstrip("\n")
+        if line.strip() in EXIT_COMMANDS:
+            break
+        if not line.strip():
+            continue
+        reply = await answer_line(service, identity, line)
+        stdout.write(("bot> " if interactive else "") + reply + "\n")
+        stdout.flush()
+
+
+async def run_chat(args: argparse.Namespace, settings: Settings) -> int:
+    """Run the terminal chat until EOF."""
+    if not model_configured(settings):
+        print(t("chat_no_model", args.lang), file=sys.stderr)  # noqa: T201
+        return 2
+    runtime = await build_runtime(settings)
+    try:
+        identity = Identity(args.user_id, getpass.getuser(), None, args.lang)
+        await chat_loop(runtime.service, identity, sys.stdin, sys.stdout)
+    finally:
+        await runtime.close()
+    return 0
