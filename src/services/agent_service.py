@@ -99,29 +99,38 @@ class AgentService:
     ) -> None:
         started = time.perf_counter()
         lang = identity.language_code
+        progress = {"stored": False}
         try:
             await self.deps.users.get_or_create(
                 identity.owner_id, identity.username, identity.first_name, lang
             )
             async with self.locks.hold(identity.owner_id):
-                await self._turn_locked(identity, text, result, started)
+                await self._turn_locked(identity, text, result, started, progress)
         except DB_ERRORS:
             logger.error("database unavailable for a turn of %s", identity.owner_id, exc_info=True)
             if not result.done():
-                result.set_result(TurnResult(t("store_error", lang), ok=False, stored=False))
+                stored = progress["stored"]
+                answer = t("reply_failed" if stored else "store_error", lang)
+                result.set_result(TurnResult(answer, ok=False, stored=stored))
         except Exception:
             logger.exception("turn of %s failed", identity.owner_id)
             if not result.done():
                 result.set_result(TurnResult(t("internal_error", lang), ok=False))
 
     async def _turn_locked(
-        self, identity: Identity, text: str, result: asyncio.Future[TurnResult], started: float
+        self,
+        identity: Identity,
+        text: str,
+        result: asyncio.Future[TurnResult],
+        started: float,
+        progress: dict[str, bool],
     ) -> None:
         deps, lang = self.deps, identity.language_code
         conversation_id = await deps.conversations.get_or_create_conversation(identity.owner_id)
         row = await deps.conversations.append_message(
             conversation_id, "user", stamp(text, deps.clock(), self.settings)
         )
+        progress["stored"] = True
         state = {
             "user_id": identity.owner_id,
             "conversation_id": str(conversation_id),

@@ -27,6 +27,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "store_error": "Не удалось сохранить сообщение — база данных недоступна. "
         "Пожалуйста, отправьте его ещё раз через минуту.",
         "internal_error": "Что-то пошло не так. Попробуйте ещё раз.",
+        "reply_failed": "Ваше сообщение сохранено, но ответ не удалось записать: база данных "
+        "недоступна. Повторите вопрос через минуту.",
         "empty_message": "Сообщение пустое — напишите что-нибудь.",
         "too_long": "Сообщение слишком длинное ({size} символов, максимум {limit}). "
         "Сократите его или разбейте на части.",
@@ -63,6 +65,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "store_error": "I couldn't save your message — the database is unavailable. "
         "Please send it again in a minute.",
         "internal_error": "Something went wrong. Please try again.",
+        "reply_failed": "Your message is saved, but I couldn't record the answer: the database "
+        "is unavailable. Please ask again in a minute.",
         "empty_message": "The message is empty — please write something.",
         "too_long": "The message is too long ({size} characters, at most {limit}). "
         "Please shorten it or split it.",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -17,7 +19,7 @@ ACQUIRE = """
 INSERT INTO turn_leases (owner_id, holder, expires_at)
 VALUES (%s, %s, now() + make_interval(secs => %s))
 ON CONFLICT (owner_id) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
-WHERE turn_leases.expires_at < now()
+WHERE turn_leases.expires_at < now() OR turn_leases.holder = EXCLUDED.holder
 RETURNING holder
 """
 RENEW = """
@@ -33,6 +35,10 @@ class TurnLocks:
     def __init__(self, pool: AsyncConnectionPool[Any], lease_seconds: float = 120.0) -> None:
         self.pool = pool
         self.lease_seconds = lease_seconds
+        # One holder name per process: the asyncio lock already serializes this process's
+        # turns, so a lease this process failed to release (database restart) is simply
+        # taken over by its next turn instead of blocking the owner until it expires.
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._locks: dict[int, asyncio.Lock] = {}
         self._waiters: dict[int, int] = {}
 
@@ -73,7 +79,7 @@ class TurnLocks:
     async def hold(self, owner_id: int) -> AsyncIterator[None]:
         """Hold the owner's turn lock for the duration of the block."""
         async with self._local(owner_id):
-            holder = uuid.uuid4().hex
+            holder = self.holder
             await self._acquire_lease(owner_id, holder)
             renew = asyncio.create_task(self._renew_forever(owner_id, holder))
             try:

@@ -46,7 +46,9 @@ async def test_chat_round_trip_and_commands(
     assert any("My name is Ann" in m["content"] for m in second if m["role"] == "user")
     assert "test-key" not in out.stderr
     async with pool.connection() as conn:
-        cur = await conn.execute("SELECT active_messages_count FROM users WHERE telegram_user_id = 42")
+        cur = await conn.execute(
+            "SELECT active_messages_count FROM users WHERE telegram_user_id = 42"
+        )
         assert (await cur.fetchone())["active_messages_count"] == 0
 
 
@@ -54,3 +56,23 @@ async def test_chat_without_model_says_what_to_set(fresh_schema: str, tmp_path: 
     out = _run_chat(_env(fresh_schema), "hello\n", tmp_path)
     assert out.returncode == 2
     assert "OPENAI_API_KEY" in out.stderr and "Traceback" not in out.stderr
+
+
+async def test_debug_logs_never_show_the_api_key(
+    pool: Any, fresh_schema: str, llm: Any, tmp_path: Path
+) -> None:
+    secret = "sk-test-SECRET-4242424242"
+    env = _env(fresh_schema, OPENAI_BASE_URL=llm.base_url, OPENAI_API_KEY=secret)
+    out = subprocess.run(
+        [sys.executable, "-m", "src.cli", "--log-level", "DEBUG", "chat", "--user-id", "43"],
+        input="hello there\n",
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "DEBUG" in out.stderr  # the logs were really on
+    assert secret not in out.stderr and secret not in out.stdout
+    assert "Authorization" not in out.stderr or "Bearer sk-" not in out.stderr
