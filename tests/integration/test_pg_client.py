@@ -63,7 +63,8 @@ async def test_silent_server_times_out_with_clear_error() -> None:
     assert f"127.0.0.1:{port}" in str(info.value)
 
 
-async def test_settings_path_uses_configured_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_settings_path_names_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DATABASE_URL", raising=False)
     port = closed_port()
     settings = load_settings(
         _env_file=None, pg_host="127.0.0.1", pg_port=port, pg_password="pw-never-shown"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import platformdirs
@@ -172,6 +173,54 @@ def test_model_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SUMMARY_MODEL", "cheap")
     s = load()
     assert s.effective_summary_model == "cheap" and s.effective_compact_model == "cheap"
+
+
+def test_blank_values_mean_unset(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text("TELEGRAM_BOT_TOKEN=\nOPENAI_BASE_URL=\nMAX_CONTEXT=\n")
+    s = load_settings()
+    assert s.telegram_bot_token is None and s.openai_base_url is None
+    assert s.max_context == 30
+
+
+# --- .env.example: every variable, with its default ---
+
+ENV_EXAMPLE = Path(__file__).resolve().parents[2] / ".env.example"
+EXAMPLE_LINE = re.compile(r"^# ([A-Z][A-Z0-9_]*)=(.*)$")
+
+
+def example_entries() -> dict[str, str]:
+    entries = {}
+    for line in ENV_EXAMPLE.read_text(encoding="utf-8").splitlines():
+        match = EXAMPLE_LINE.match(line)
+        if match:
+            entries[match.group(1)] = match.group(2)
+    return entries
+
+
+def test_env_example_lists_every_setting() -> None:
+    names = {name.upper() for name in Settings.model_fields}
+    assert set(example_entries()) == names
+
+
+def test_env_example_shows_the_defaults(tmp_path: Path) -> None:
+    uncommented = "".join(f"{k}={v}\n" for k, v in example_entries().items())
+    (tmp_path / "example.env").write_text(uncommented, encoding="utf-8")
+    from_example = load_settings(_env_file=tmp_path / "example.env")
+    assert from_example.model_dump() == load().model_dump()
+
+
+def test_readme_configuration_table_lists_every_setting() -> None:
+    readme = (ENV_EXAMPLE.parent / "README.md").read_text(encoding="utf-8")
+    rows = set(re.findall(r"^\| `([A-Z][A-Z0-9_]*)` \|", readme, flags=re.MULTILINE))
+    assert rows == {name.upper() for name in Settings.model_fields}
+
+
+def test_env_example_every_entry_has_a_comment() -> None:
+    lines = ENV_EXAMPLE.read_text(encoding="utf-8").splitlines()
+    for i, line in enumerate(lines):
+        if EXAMPLE_LINE.match(line):
+            above = lines[i - 1]
+            assert above.startswith("# ") and not EXAMPLE_LINE.match(above), line
 
 
 # --- logging: secrets never reach a log line ---
