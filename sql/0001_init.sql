@@ -85,4 +85,3 @@ CREATE TABLE squash_log (
     requested_by        TEXT NOT NULL,
     created_at          TIMESTAMPTZ NOT NULL DEFAULT now()
 );
-
