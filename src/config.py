@@ -98,6 +98,7 @@ class Settings(BaseSettings):
     user_rate_limit: int = Field(20, ge=0)
     remind_after_hours: float = Field(24.0, gt=0)
     remind_check_minutes: float = Field(10.0, gt=0)
+    telegram_reply_format: Literal["plain", "markdown"] = "plain"
 
     # --- devtools ---
     checkpoint_keep: int = Field(50, ge=1)

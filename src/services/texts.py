@@ -37,9 +37,41 @@ TEXTS: dict[str, dict[str, str]] = {
         "not_allowed": "Извините, этот бот доступен только ограниченному кругу пользователей.",
         "rate_limited": "Слишком много сообщений подряд. Подождите минуту и продолжите.",
         "reminder": "Давно не общались! Если захотите продолжить — просто напишите.",
+        # --- Telegram bot (src/bot) ---
+        "cmd_start": "приветствие",
+        "cmd_help": "что я умею и все команды",
+        "cmd_new": "начать новый разговор (текущий будет стёрт)",
+        "cmd_forget": "начать с чистого листа, сохранив историю",
+        "cmd_mute": "включить или выключить напоминания",
+        "cmd_memory": "что я помню; /memory clear — забыть факты и беседы",
+        "cmd_compress": "сжать старую часть разговора",
+        "compress_soon": "Сжатие разговора скоро появится. Пока можно начать заново: /new.",
+        "compress_done": "Готово: старая часть разговора сжата.",
+        "memory_title": "Что я помню:",
+        "memory_window": "Сообщений в рабочей памяти: {window} (всего в разговоре: {stored}).",
+        "memory_summary": "Краткое содержание разговора:\n{summary}",
+        "memory_no_summary": "Краткого содержания разговора пока нет.",
+        "memory_facts": "Факты ({count}):",
+        "memory_no_facts": "Фактов пока нет.",
+        "memory_compacts": "Прошлые беседы ({count}):",
+        "memory_no_compacts": "Прошлых бесед пока нет.",
+        "memory_reminders_on": "Напоминания включены (/mute — выключить).",
+        "memory_reminders_off": "Напоминания выключены (/mute — включить).",
+        "memory_hint": "/memory clear — забыть факты и прошлые беседы.",
+        "fact_type_preference": "предпочтение",
+        "fact_type_hypothesis": "предположение",
+        "fact_type_constraint": "ограничение",
         "memory_cleared": "Забыл факты о вас и прошлые беседы ({facts} фактов, {compacts} бесед).",
         "chat_no_model": "Модель не настроена: задайте OPENAI_API_KEY и при необходимости "
         "OPENAI_BASE_URL (OpenRouter, Ollama, vLLM, llama.cpp).",
+        "compress_report": "Готово: сжал старую часть разговора. В контексте стало меньше "
+        "сообщений на {messages} и токенов примерно на {tokens} (было ~{before}, "
+        "стало ~{after}).",
+        "compress_nothing": "Сжимать пока нечего: разговор ещё короткий.",
+        "compress_declined": "Оставил как есть: в старой части разговора нечего сократить "
+        "без потери важного.",
+        "compress_failed": "Не получилось сжать разговор. Ничего не потеряно — "
+        "попробуйте чуть позже.",
     },
     "en": {
         "greeting": (
@@ -75,10 +107,43 @@ TEXTS: dict[str, dict[str, str]] = {
         "not_allowed": "Sorry, this bot is available only to a limited set of users.",
         "rate_limited": "Too many messages in a row. Please wait a minute.",
         "reminder": "It's been a while! Just write if you'd like to continue.",
+        # --- Telegram bot (src/bot) ---
+        "cmd_start": "greeting",
+        "cmd_help": "what I do and every command",
+        "cmd_new": "start a new conversation (the current one is erased)",
+        "cmd_forget": "start from a clean slate, keeping the history",
+        "cmd_mute": "turn reminders off or on",
+        "cmd_memory": "what I remember; /memory clear forgets facts and chats",
+        "cmd_compress": "compress the older part of the conversation",
+        "compress_soon": "Compressing the conversation is coming soon. "
+        "For now you can start over with /new.",
+        "compress_done": "Done: the older part of the conversation is compressed.",
+        "memory_title": "What I remember:",
+        "memory_window": "Messages in working memory: {window} (stored in this conversation: "
+        "{stored}).",
+        "memory_summary": "Summary of the conversation:\n{summary}",
+        "memory_no_summary": "No summary of the conversation yet.",
+        "memory_facts": "Facts ({count}):",
+        "memory_no_facts": "No facts yet.",
+        "memory_compacts": "Previous conversations ({count}):",
+        "memory_no_compacts": "No previous conversations yet.",
+        "memory_reminders_on": "Reminders are on (/mute turns them off).",
+        "memory_reminders_off": "Reminders are off (/mute turns them on).",
+        "memory_hint": "/memory clear forgets facts and previous conversations.",
+        "fact_type_preference": "preference",
+        "fact_type_hypothesis": "hypothesis",
+        "fact_type_constraint": "constraint",
         "memory_cleared": "Forgot facts about you and past chats "
         "({facts} facts, {compacts} chats).",
         "chat_no_model": "No model configured: set OPENAI_API_KEY and, if needed, "
         "OPENAI_BASE_URL (OpenRouter, Ollama, vLLM, llama.cpp).",
+        "compress_report": "Done: compressed the older part of our conversation. The context "
+        "is {messages} messages and about {tokens} tokens shorter (~{before} -> ~{after}).",
+        "compress_nothing": "Nothing to compress yet: the conversation is still short.",
+        "compress_declined": "Left it as is: nothing in the older part can be shortened "
+        "without losing something important.",
+        "compress_failed": "Couldn't compress the conversation. Nothing was lost — "
+        "please try again a bit later.",
     },
 }
 

@@ -94,7 +94,9 @@ async def test_new_conversation_touches_only_that_user(pool: Pool) -> None:
     assert await repo.load_last_messages(fresh) == []
     assert [m["content"] for m in await repo.load_last_messages(b)] == ["bob"]
     async with pool.connection() as conn:
-        cur = await conn.execute("SELECT count(*) AS n FROM messages WHERE conversation_id = %s", (a,))
+        cur = await conn.execute(
+            "SELECT count(*) AS n FROM messages WHERE conversation_id = %s", (a,)
+        )
         assert (await cur.fetchone())["n"] == 0
 
 

@@ -1,0 +1,94 @@
+"""Who may talk to the bot, and how often: the allowlist and a per-user rate limit."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class AccessPolicy:
+    """ALLOWED_USER_IDS (empty = everyone) plus ADMIN_USER_IDS, who are always allowed.
+
+    A group chat's id in the allowlist admits everyone who writes in that group.
+    """
+
+    allowed: frozenset[int] = field(default_factory=frozenset)
+    admins: frozenset[int] = field(default_factory=frozenset)
+
+    @classmethod
+    def of(cls, allowed: Iterable[int], admins: Iterable[int]) -> AccessPolicy:
+        """Build a policy from the settings' id lists."""
+        return cls(frozenset(allowed), frozenset(admins))
+
+    @property
+    def open(self) -> bool:
+        """Tell whether everyone may use the bot."""
+        return not self.allowed
+
+    def is_admin(self, user_id: int) -> bool:
+        """Tell whether the user is an administrator."""
+        return user_id in self.admins
+
+    def allows(self, user_id: int, chat_id: int | None = None) -> bool:
+        """Tell whether this user, writing in this chat, may use the bot."""
+        if self.open or user_id in self.allowed or user_id in self.admins:
+            return True
+        return chat_id is not None and chat_id < 0 and chat_id in self.allowed
+
+
+class RateLimiter:
+    """At most `limit` messages per user in any `period` seconds (0 = no limit).
+
+    A sliding window of timestamps per user; users fall out of the table once their
+    window is empty, so memory follows the active users, not everyone ever seen.
+    """
+
+    def __init__(
+        self,
+        limit: int,
+        period: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.limit = limit
+        self.period = period
+        self.clock = clock
+        self._hits: dict[int, deque[float]] = {}
+        self._told: dict[int, float] = {}
+
+    def _prune(self, now: float) -> None:
+        """Drop users whose whole window has passed."""
+        horizon = now - self.period
+        for user_id in [u for u, hits in self._hits.items() if hits[-1] <= horizon]:
+            del self._hits[user_id]
+        for user_id in [u for u, until in self._told.items() if until <= now]:
+            del self._told[user_id]
+
+    def allow(self, user_id: int) -> bool:
+        """Count one message of the user; tell whether it is within the limit."""
+        if self.limit <= 0:
+            return True
+        now = self.clock()
+        if len(self._hits) > 1024:
+            self._prune(now)
+        hits = self._hits.setdefault(user_id, deque())
+        while hits and hits[0] <= now - self.period:
+            hits.popleft()
+        if len(hits) >= self.limit:
+            return False
+        hits.append(now)
+        return True
+
+    def should_notify(self, user_id: int) -> bool:
+        """Tell whether to explain the limit now: once per window, not on every message."""
+        now = self.clock()
+        if self._told.get(user_id, 0.0) > now:
+            return False
+        self._told[user_id] = now + self.period
+        return True
+
+    def __len__(self) -> int:
+        """Return how many users are tracked."""
+        return len(self._hits)

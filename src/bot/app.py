@@ -1,0 +1,149 @@
+"""The composition root of the Telegram bot: build the Application, run it, stop it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+from urllib.parse import urlsplit
+
+from telegram import BotCommand, BotCommandScopeDefault
+from telegram.error import TelegramError
+from telegram.ext import AIORateLimiter, Application
+from telegram.request import BaseRequest
+
+from src.bot import handlers
+from src.bot.commands import COMMANDS
+from src.bot.jobs import schedule_jobs
+from src.bot.state import BOT_DATA_KEY, BotState, state_of
+from src.config import ConfigError, Settings
+from src.services.factory import Runtime, build_runtime
+from src.services.reminders import ReminderService
+from src.services.texts import t
+
+logger = logging.getLogger(__name__)
+
+App = Application[Any, Any, Any, Any, Any, Any]
+# Only what the handlers deal with; edits and channel posts are answered with silence.
+ALLOWED_UPDATES = ["message", "edited_message", "channel_post", "edited_channel_post"]
+FLOOD_RETRIES = 3  # times a request is retried after Telegram's 429 retry_after
+COMMAND_LANGUAGES = {"": "en", "ru": "ru", "uk": "ru", "be": "ru", "kk": "ru"}
+
+
+def file_base_url(base_url: str) -> str:
+    """Derive the file download URL from a Bot API base URL (`.../bot` -> `.../file/bot`)."""
+    prefix, _, last = base_url.rstrip("/").rpartition("/")
+    return f"{prefix}/file/{last}"
+
+
+def build_application(
+    settings: Settings, runtime: Runtime | None = None, *, request: BaseRequest | None = None
+) -> App:
+    """Build the bot: handlers, 429 handling, concurrency, and the runtime's lifecycle.
+
+    Without `runtime`, `post_init` builds one (opening the pool) and `post_shutdown`
+    closes it; a given runtime stays the caller's. `request` replaces the HTTP client
+    (tests pass one that never touches the network).
+    """
+    if settings.telegram_bot_token is None:
+        raise ConfigError("TELEGRAM_BOT_TOKEN is not set: get a token from @BotFather")
+    builder: Any = Application.builder().token(settings.telegram_bot_token.get_secret_value())
+    if settings.telegram_api_base_url:
+        base = settings.telegram_api_base_url
+        builder = builder.base_url(base).base_file_url(file_base_url(base))
+    if request is not None:
+        builder = builder.request(request).get_updates_request(request)
+    app: App = (
+        builder.rate_limiter(AIORateLimiter(max_retries=FLOOD_RETRIES))
+        # Different chats run concurrently; AgentService keeps each owner's turns in order.
+        .concurrent_updates(True)
+        .post_init(_post_init)
+        .post_shutdown(_post_shutdown)
+        .build()
+    )
+    app.bot_data[BOT_DATA_KEY] = BotState.from_settings(settings, runtime)
+    handlers.register(app)
+    return app
+
+
+async def set_commands(app: App) -> None:
+    """Publish the command menu (English by default, Russian for Russian speakers)."""
+    names = [n for n in COMMANDS if n != "start"]
+    if not hasattr(state_of(app).service, "compress"):
+        names.remove("compress")
+    for code, lang in COMMAND_LANGUAGES.items():
+        commands = [BotCommand(n, t(f"cmd_{n}", lang)) for n in names]
+        try:
+            await app.bot.set_my_commands(
+                commands, scope=BotCommandScopeDefault(), language_code=code or None
+            )
+        except TelegramError as exc:
+            logger.warning("could not set the command menu (%s): %s", code or "default", exc)
+            return
+
+
+async def _post_init(app: App) -> None:
+    state = state_of(app)
+    if state.runtime is None:
+        state.runtime = await build_runtime(state.settings)
+        state.owns_runtime = True
+    state.reminders = ReminderService(state.runtime.deps, state.runtime.service.locks)
+    await set_commands(app)
+    schedule_jobs(app, state)
+    logger.info("bot @%s ready", app.bot.username)
+
+
+async def _post_shutdown(app: App) -> None:
+    state = state_of(app)
+    if state.owns_runtime and state.runtime is not None:
+        await state.runtime.close()
+        state.runtime, state.owns_runtime = None, False
+
+
+async def _start_updates(app: App, settings: Settings) -> None:
+    """Start receiving updates: a webhook when WEBHOOK_URL is set, else long polling."""
+    assert app.updater is not None
+    if not settings.webhook_url:
+        await app.updater.start_polling(allowed_updates=ALLOWED_UPDATES)
+        logger.info("polling for updates")
+        return
+    secret = settings.webhook_secret_token
+    if secret is None:
+        logger.warning("WEBHOOK_SECRET_TOKEN is not set: anyone who knows the URL can post")
+    await app.updater.start_webhook(
+        listen=settings.webhook_listen,
+        port=settings.webhook_port,
+        url_path=urlsplit(settings.webhook_url).path.lstrip("/"),
+        webhook_url=settings.webhook_url,
+        secret_token=secret.get_secret_value() if secret else None,
+        allowed_updates=ALLOWED_UPDATES,
+    )
+    logger.info(
+        "webhook on %s:%d for %s",
+        settings.webhook_listen,
+        settings.webhook_port,
+        urlsplit(settings.webhook_url).netloc,
+    )
+
+
+async def serve(app: App, stop: asyncio.Event) -> None:
+    """Run the bot until `stop` is set, then stop it cleanly (as `run_polling` would).
+
+    `run_polling`/`run_webhook` own their event loop; this runs inside the caller's.
+    """
+    settings = state_of(app).settings
+    await app.initialize()
+    try:
+        if app.post_init is not None:
+            await app.post_init(app)
+        await _start_updates(app, settings)
+        await app.start()
+        await stop.wait()
+    finally:
+        if app.updater is not None and app.updater.running:
+            await app.updater.stop()
+        if app.running:
+            await app.stop()
+        await app.shutdown()
+        if app.post_shutdown is not None:
+            await app.post_shutdown(app)

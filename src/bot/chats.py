@@ -1,0 +1,87 @@
+"""Private chats and groups: whether a message is for the bot, whose memory it uses, its text."""
+
+from __future__ import annotations
+
+import re
+
+from telegram import Message, MessageEntity
+from telegram.constants import ChatType
+
+from src.services.agent_service import Identity
+
+
+def is_private(message: Message) -> bool:
+    """Tell whether the message comes from a private chat."""
+    return message.chat.type == ChatType.PRIVATE
+
+
+def _mention_pattern(username: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<![\w@])@{re.escape(username)}\b", re.IGNORECASE)
+
+
+def _mentions_bot(message: Message, username: str, bot_id: int) -> bool:
+    """Tell whether the text or caption mentions the bot (by @username or by link)."""
+    text = message.text or message.caption or ""
+    entities = message.entities or message.caption_entities or ()
+    for entity in entities:
+        if entity.type == MessageEntity.TEXT_MENTION and entity.user and entity.user.id == bot_id:
+            return True
+    return bool(username) and _mention_pattern(username).search(text) is not None
+
+
+def command_target(message: Message) -> str | None:
+    """Return the bot a leading /command names (`/cmd@name` -> "name"), "" if none, else None."""
+    entity = next(iter(message.entities or ()), None)
+    if entity is None or entity.type != MessageEntity.BOT_COMMAND or entity.offset != 0:
+        return None
+    return message.parse_entity(entity).partition("@")[2]
+
+
+def is_addressed(message: Message, username: str, bot_id: int) -> bool:
+    """Tell whether the bot should react: private chat, a mention, a reply to it, a command."""
+    if is_private(message):
+        return True
+    replied = message.reply_to_message
+    if replied is not None and replied.from_user is not None and replied.from_user.id == bot_id:
+        # A forum topic's messages all "reply" to its first message; that is not a reply.
+        if not (message.is_topic_message and replied.forum_topic_created is not None):
+            return True
+    target = command_target(message)
+    if target is not None:
+        return target == "" or target.lower() == username.lower()
+    return _mentions_bot(message, username, bot_id)
+
+
+def identity_of(message: Message) -> Identity:
+    """Return whose memory the message uses: the user in private, the chat in groups."""
+    user = message.from_user
+    language = user.language_code if user else None
+    if is_private(message) and user is not None:
+        return Identity(user.id, user.username, user.first_name, language)
+    chat = message.chat
+    return Identity(chat.id, chat.username, chat.title, language)
+
+
+def author_name(message: Message) -> str:
+    """Return how the author is called in a group conversation."""
+    user = message.from_user
+    if message.sender_chat is not None:
+        return message.sender_chat.title or message.sender_chat.username or "?"
+    if user is None:
+        return "?"
+    return user.first_name or (f"@{user.username}" if user.username else str(user.id))
+
+
+def turn_text(message: Message, username: str) -> str:
+    """Return the text a message hands to the model: text or caption, mention removed."""
+    text = message.text or message.caption or ""
+    if is_private(message) or not username:
+        return text.strip()
+    return _mention_pattern(username).sub("", text).strip()
+
+
+def group_turn_text(message: Message, text: str) -> str:
+    """Prefix a group message with its author, so the model can tell speakers apart."""
+    if is_private(message):
+        return text
+    return f"{author_name(message)}: {text}"

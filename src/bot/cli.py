@@ -1,0 +1,57 @@
+"""`tgagent bot`: run the Telegram bot until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from typing import Any
+
+from telegram.error import InvalidToken, NetworkError
+
+from src.config import Settings
+
+
+def register(sub: Any, db_sub: Any) -> None:
+    """Add `tgagent bot`."""
+    parser = sub.add_parser(
+        "bot",
+        help="run the Telegram bot (polling, or a webhook when WEBHOOK_URL is set)",
+        description="Run the Telegram bot until SIGINT/SIGTERM. Needs TELEGRAM_BOT_TOKEN.",
+    )
+    parser.set_defaults(handler=run_bot)
+
+
+async def run_bot(args: argparse.Namespace, settings: Settings) -> int:
+    """Run the bot; return the exit code."""
+    if settings.telegram_bot_token is None:
+        print(  # noqa: T201
+            "tgagent: TELEGRAM_BOT_TOKEN is not set: get a token from @BotFather and put "
+            "TELEGRAM_BOT_TOKEN=... in .env",
+            file=sys.stderr,
+        )
+        return 2
+    from src.bot.app import build_application, serve
+
+    app = build_application(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for sig in signals:
+        with contextlib.suppress(NotImplementedError):  # not on Windows
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await serve(app, stop)
+    except InvalidToken:
+        print("tgagent: Telegram rejected TELEGRAM_BOT_TOKEN", file=sys.stderr)  # noqa: T201
+        return 2
+    except NetworkError as exc:
+        print(f"tgagent: cannot reach the Telegram Bot API: {exc}", file=sys.stderr)  # noqa: T201
+        return 1
+    finally:
+        for sig in signals:
+            with contextlib.suppress(NotImplementedError):
+                loop.remove_signal_handler(sig)
+    return 0

@@ -1,0 +1,136 @@
+"""The bot's commands: /start, /help, /new, /forget, /mute, /memory, /compress, unknown ones."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from telegram import Message, Update
+from telegram.ext import ApplicationHandlerStop, ContextTypes
+
+from src.bot.chats import identity_of, is_private
+from src.bot.memory_view import render_memory
+from src.bot.sending import reply_text, typing
+from src.bot.state import state_of
+from src.services.texts import t
+
+Context = ContextTypes.DEFAULT_TYPE
+CLEAR_WORDS = ("clear", "очистить")
+
+
+def message_of(update: Update) -> Message:
+    """Return the update's new message (the gate lets nothing else through)."""
+    message = update.message
+    if message is None:
+        raise ApplicationHandlerStop
+    return message
+
+
+def lang_of_message(message: Message) -> str | None:
+    """Return the author's Telegram language code."""
+    return message.from_user.language_code if message.from_user else None
+
+
+async def say(message: Message, text: str) -> None:
+    """Send one of the bot's own texts (plain), quoting the message in groups."""
+    await reply_text(message, text, quote=not is_private(message))
+
+
+async def cmd_start(update: Update, context: Context) -> None:
+    """/start: greet; the context is untouched."""
+    message = message_of(update)
+    name = message.from_user.first_name if message.from_user else ""
+    await say(message, t("greeting", lang_of_message(message), name=name))
+
+
+async def cmd_help(update: Update, context: Context) -> None:
+    """/help: what the bot does and every command."""
+    message = message_of(update)
+    await say(message, t("help", lang_of_message(message)))
+
+
+async def cmd_new(update: Update, context: Context) -> None:
+    """/new: wipe the conversation and start over (seed 004)."""
+    message, state = message_of(update), state_of(context)
+    async with state.order.hold(message.chat_id), typing(message):
+        # Compacting the old session may take a model call: "typing..." meanwhile.
+        await state.service.new_conversation(identity_of(message))
+        await say(message, t("new", lang_of_message(message)))
+
+
+async def cmd_forget(update: Update, context: Context) -> None:
+    """/forget: a clean context from now on, history kept, reminders off (seed 000)."""
+    message, state = message_of(update), state_of(context)
+    async with state.order.hold(message.chat_id):
+        await state.service.forget(identity_of(message))
+        await say(message, t("forget", lang_of_message(message)))
+
+
+async def cmd_mute(update: Update, context: Context) -> None:
+    """/mute: turn reminders off or back on; the context is untouched."""
+    message, state = message_of(update), state_of(context)
+    async with state.order.hold(message.chat_id):
+        enabled = await state.service.toggle_mute(identity_of(message))
+        await say(message, t("unmuted" if enabled else "muted", lang_of_message(message)))
+
+
+async def cmd_memory(update: Update, context: Context) -> None:
+    """/memory: what the bot keeps; /memory clear: delete facts and past conversations."""
+    message, state = message_of(update), state_of(context)
+    lang, identity = lang_of_message(message), identity_of(message)
+    async with state.order.hold(message.chat_id):
+        if context.args and context.args[0].lower() in CLEAR_WORDS:
+            facts, compacts = await state.service.clear_memory(identity)
+            await say(message, t("memory_cleared", lang, facts=facts, compacts=compacts))
+            return
+        report = await state.service.memory_report(identity)
+        await say(message, render_memory(report, lang))
+
+
+def _compress_answer(result: Any, lang: str | None) -> str:
+    """Return the user-facing text of what `AgentService.compress` returned.
+
+    A string, or a result with a `reply` (or a `text(language_code)` method) in the user's
+    language; anything else gets a plain "done".
+    """
+    if isinstance(result, str) and result.strip():
+        return result
+    reply = result.get("reply") if isinstance(result, dict) else getattr(result, "reply", None)
+    if isinstance(reply, str) and reply.strip():
+        return reply
+    render = getattr(result, "text", None)
+    if callable(render):
+        text = render(lang)
+        if isinstance(text, str) and text.strip():
+            return text
+    return t("compress_done", lang)
+
+
+async def cmd_compress(update: Update, context: Context) -> None:
+    """/compress [focus]: ask the model to compress the conversation's older part."""
+    message, state = message_of(update), state_of(context)
+    lang = lang_of_message(message)
+    compress = getattr(state.service, "compress", None)
+    if compress is None:
+        await say(message, t("compress_soon", lang))
+        return
+    focus = " ".join(context.args or []).strip() or None
+    async with state.order.hold(message.chat_id), typing(message):
+        result = await compress(identity_of(message), focus)
+        await say(message, _compress_answer(result, lang))
+
+
+async def cmd_unknown(update: Update, context: Context) -> None:
+    """Any other /command: the help line."""
+    message = message_of(update)
+    await say(message, t("unknown_command", lang_of_message(message)))
+
+
+COMMANDS = {
+    "start": cmd_start,
+    "help": cmd_help,
+    "new": cmd_new,
+    "forget": cmd_forget,
+    "mute": cmd_mute,
+    "memory": cmd_memory,
+    "compress": cmd_compress,
+}

@@ -1,0 +1,71 @@
+"""Repeating jobs of the bot: reminders (seed 000) and compaction of idle sessions (seed 001)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from telegram.error import BadRequest, Forbidden
+from telegram.ext import ContextTypes
+
+from src.bot.sending import send_text
+from src.bot.state import BotState, state_of
+from src.services.reminders import RecipientGone, ReminderStats
+
+logger = logging.getLogger(__name__)
+
+App = Any  # telegram.ext.Application with whatever generic parameters the builder chose
+
+
+async def send_reminders(app: App) -> ReminderStats:
+    """Remind every user who is due now through the application's bot."""
+    state = state_of(app)
+    if state.reminders is None:
+        raise RuntimeError("reminders are not set up (post_init has not run)")
+    bot = app.bot
+
+    async def send(chat_id: int, text: str) -> None:
+        try:
+            await send_text(bot, chat_id, text)
+        except Forbidden as exc:
+            raise RecipientGone(exc.message) from exc
+        except BadRequest as exc:
+            if "chat not found" in exc.message.lower():
+                raise RecipientGone(exc.message) from exc
+            raise
+
+    return await state.reminders.run_once(send)
+
+
+async def reminders_job(context: ContextTypes.DEFAULT_TYPE) -> None:
+    """Job: send the reminders that are due."""
+    await send_reminders(context.application)
+
+
+async def compaction_job(context: ContextTypes.DEFAULT_TYPE) -> None:
+    """Job: end and compact sessions that have been idle for SESSION_IDLE_MINUTES."""
+    compact = getattr(state_of(context).service, "compact_idle_sessions", None)
+    if compact is not None:
+        await compact()
+
+
+def compaction_interval_minutes(idle_minutes: float) -> float:
+    """Return how often to look for idle sessions: a sixth of the idle time, 1-10 min."""
+    return max(1.0, min(10.0, idle_minutes / 6))
+
+
+def schedule_jobs(app: App, state: BotState) -> list[str]:
+    """Schedule the repeating jobs on the application's job queue; return their names."""
+    queue = app.job_queue
+    if queue is None:
+        logger.warning("no job queue (python-telegram-bot[job-queue] missing): no reminders")
+        return []
+    settings, names = state.settings, []
+    every = settings.remind_check_minutes * 60
+    queue.run_repeating(reminders_job, interval=every, first=min(every, 60.0), name="reminders")
+    names.append("reminders")
+    if hasattr(state.service, "compact_idle_sessions"):
+        every = compaction_interval_minutes(settings.session_idle_minutes) * 60
+        queue.run_repeating(compaction_job, interval=every, first=every, name="compaction")
+        names.append("compaction")
+    return names

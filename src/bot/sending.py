@@ -1,0 +1,79 @@
+"""Send replies (split, formatted, with a plain-text fallback) and show "typing..."."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from telegram import Bot, Message
+from telegram.constants import ChatAction, ParseMode
+from telegram.error import BadRequest, Forbidden, TelegramError
+
+from src.bot.formatting import markdown_to_html, split_markdown, split_message
+
+logger = logging.getLogger(__name__)
+
+TYPING_EVERY = 4.0  # Telegram shows "typing..." for about 5 s after each action
+
+
+def _cannot_parse(exc: BadRequest) -> bool:
+    return "parse entities" in exc.message.lower()
+
+
+async def reply_text(message: Message, text: str, fmt: str = "plain", quote: bool = False) -> int:
+    """Answer `message` with `text` in as many messages as it takes; return how many.
+
+    `fmt="markdown"` renders the model's Markdown as Telegram HTML; a chunk Telegram
+    refuses to parse is sent again as plain text. `quote` replies to the message (groups).
+    """
+    chunks = split_markdown(text) if fmt == "markdown" else split_message(text)
+    if not chunks:
+        logger.warning("empty reply for chat %s: nothing sent", message.chat_id)
+    for i, chunk in enumerate(chunks):
+        do_quote = quote and i == 0
+        if fmt != "markdown":
+            await message.reply_text(chunk, do_quote=do_quote)
+            continue
+        try:
+            await message.reply_text(
+                markdown_to_html(chunk), parse_mode=ParseMode.HTML, do_quote=do_quote
+            )
+        except BadRequest as exc:
+            if not _cannot_parse(exc):
+                raise
+            logger.info("Telegram rejected formatting (%s): sending plain text", exc.message)
+            await message.reply_text(chunk, do_quote=do_quote)
+    return len(chunks)
+
+
+async def send_text(bot: Bot, chat_id: int, text: str) -> None:
+    """Send `text` to a chat unprompted (reminders), split to Telegram's limit."""
+    for chunk in split_message(text):
+        await bot.send_message(chat_id, chunk)
+
+
+async def _keep_typing(bot: Bot, chat_id: int, thread_id: int | None) -> None:
+    while True:
+        try:
+            await bot.send_chat_action(chat_id, ChatAction.TYPING, message_thread_id=thread_id)
+        except Forbidden:
+            return
+        except TelegramError as exc:
+            # "typing..." is a courtesy: its failures must never disturb the turn.
+            logger.debug("chat action for %s failed: %s", chat_id, exc)
+        await asyncio.sleep(TYPING_EVERY)
+
+
+@contextlib.asynccontextmanager
+async def typing(message: Message) -> AsyncIterator[None]:
+    """Show "typing..." in the message's chat, renewed every few seconds, while the block runs."""
+    thread_id = message.message_thread_id if message.is_topic_message else None
+    task = asyncio.create_task(_keep_typing(message.get_bot(), message.chat_id, thread_id))
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

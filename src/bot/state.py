@@ -1,0 +1,84 @@
+"""What the bot's handlers and jobs share, kept in the application's `bot_data`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from src.bot.access import AccessPolicy, RateLimiter
+from src.config import Settings
+from src.services.agent_service import AgentService
+from src.services.factory import Runtime
+from src.services.reminders import ReminderService
+
+BOT_DATA_KEY = "tgagent"
+
+
+class ChatOrder:
+    """Handle one chat's messages in the order they arrived, other chats concurrently.
+
+    Updates run concurrently; a message's handler takes its chat's lock before its first
+    await, so locks are granted in arrival order and a quick second message cannot
+    overtake the first one's turn or its reply.
+    """
+
+    def __init__(self) -> None:
+        self._locks: dict[int, asyncio.Lock] = {}
+        self._holders: dict[int, int] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, chat_id: int) -> AsyncIterator[None]:
+        """Hold the chat's turn for the duration of the block."""
+        lock = self._locks.setdefault(chat_id, asyncio.Lock())
+        self._holders[chat_id] = self._holders.get(chat_id, 0) + 1
+        try:
+            async with lock:
+                yield
+        finally:
+            self._holders[chat_id] -= 1
+            if not self._holders[chat_id]:  # forget idle chats
+                del self._holders[chat_id], self._locks[chat_id]
+
+    def __len__(self) -> int:
+        """Return how many chats have a turn running or waiting."""
+        return len(self._locks)
+
+
+@dataclass
+class BotState:
+    """Settings, access rules, and the runtime once `post_init` has built it."""
+
+    settings: Settings
+    access: AccessPolicy
+    limiter: RateLimiter
+    runtime: Runtime | None = None
+    owns_runtime: bool = False
+    reminders: ReminderService | None = None
+    order: ChatOrder = field(default_factory=ChatOrder)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, runtime: Runtime | None = None) -> BotState:
+        """Build the state the settings describe."""
+        return cls(
+            settings=settings,
+            access=AccessPolicy.of(settings.allowed_user_ids, settings.admin_user_ids),
+            limiter=RateLimiter(settings.user_rate_limit),
+            runtime=runtime,
+        )
+
+    @property
+    def service(self) -> AgentService:
+        """Return the agent service; the runtime must be started."""
+        if self.runtime is None:
+            raise RuntimeError("the bot's runtime is not started (post_init has not run)")
+        return self.runtime.service
+
+
+def state_of(holder: Any) -> BotState:
+    """Return the bot state of an Application or a handler's CallbackContext."""
+    state = holder.bot_data[BOT_DATA_KEY]
+    assert isinstance(state, BotState)
+    return state

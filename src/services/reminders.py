@@ -1,0 +1,194 @@
+"""Seed 000's `remind_of_yourself`: one short message to users who have gone quiet.
+
+A user with reminders on who has been silent for REMIND_AFTER_HOURS gets one message,
+written by the chat model from what the bot remembers of them (a fixed text if the model
+fails), stored as an assistant message. The silence is marked before sending, so it is
+answered at most once even if sending fails; a chat that can no longer be reached turns
+the user's reminders off. Group chats are never reminded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import HumanMessage, SystemMessage
+
+from src.graph.context import reply_text
+from src.graph.deps import GraphDeps
+from src.graph.nodes import window_size
+from src.services.texts import lang_of, t
+from src.services.turn_lock import TurnLocks
+
+logger = logging.getLogger(__name__)
+
+RECENT_MESSAGES = 12
+MAX_REMINDER_CHARS = 600
+LANGUAGE_NAMES = {"ru": "Russian", "en": "English"}
+
+REMINDER_SYSTEM = """You are a personal assistant in Telegram. The user has not written \
+to you for a while. Write ONE short message (one or two sentences) to remind them of \
+yourself: refer to something concrete from your past conversation if there is anything, \
+and invite them to continue. Write in {language} unless the conversation shows the user \
+writes in another language. No greeting formulas, no apologies, no lists, no placeholders; \
+reply with the message text only."""
+REMINDER_MEMORY = """What you remember about this user.
+
+Summary of the conversation:
+{summary}
+
+Known facts:
+{facts}
+
+Last messages:
+{messages}"""
+
+
+class RecipientGone(Exception):
+    """The chat cannot receive messages any more (the user blocked the bot, deleted it)."""
+
+
+Send = Callable[[int, str], Awaitable[None]]
+
+
+@dataclass
+class ReminderStats:
+    """What one pass over the due users did."""
+
+    due: int = 0
+    sent: int = 0  # delivered, written by the model
+    templates: int = 0  # delivered, the fixed text (the model failed)
+    turned_off: int = 0  # unreachable: reminders turned off
+    skipped: int = 0  # groups, and users who wrote or muted meanwhile
+    failed: int = 0
+
+
+class ReminderService:
+    """Find users to remind, write their reminder, send it once, and store it."""
+
+    def __init__(
+        self,
+        deps: GraphDeps,
+        locks: TurnLocks | None = None,
+        model: BaseChatModel | None = None,
+        concurrency: int = 4,
+        batch: int = 100,
+    ) -> None:
+        self.deps = deps
+        self.settings = deps.settings
+        self.locks = locks or TurnLocks(deps.conversations.pool)
+        self.model = model or deps.chat_model
+        self.concurrency = concurrency
+        self.batch = batch
+
+    async def run_once(self, send: Send) -> ReminderStats:
+        """Remind every user who is due now; return what happened."""
+        now = self.deps.clock()
+        silent_since = now - timedelta(hours=self.settings.remind_after_hours)
+        users = await self.deps.users.due_reminders(silent_since, self.batch)
+        stats = ReminderStats(due=len(users))
+        gate = asyncio.Semaphore(self.concurrency)
+
+        async def one(user: dict[str, Any]) -> None:
+            async with gate:
+                try:
+                    outcome = await self.remind(user, send, silent_since)
+                except Exception:
+                    logger.exception("reminder for %s failed", user["telegram_user_id"])
+                    outcome = "failed"
+            setattr(stats, outcome, getattr(stats, outcome) + 1)
+
+        await asyncio.gather(*(one(user) for user in users))
+        if users:
+            logger.info(
+                "reminders due=%d sent=%d templates=%d off=%d skipped=%d failed=%d",
+                stats.due,
+                stats.sent,
+                stats.templates,
+                stats.turned_off,
+                stats.skipped,
+                stats.failed,
+            )
+        return stats
+
+    async def remind(self, user: dict[str, Any], send: Send, silent_since: Any) -> str:
+        """Remind one user; return the ReminderStats field to count it under."""
+        deps, owner = self.deps, int(user["telegram_user_id"])
+        if owner < 0:
+            # A group chat: reminding a whole group of itself would be noise.
+            await deps.users.mark_reminded(owner, deps.clock())
+            return "skipped"
+        conversation_id = await deps.conversations.get_or_create_conversation(owner)
+        text, from_model = await self.compose(user, conversation_id)
+        async with self.locks.hold(owner):
+            fresh = await deps.users.get(owner)
+            if (
+                fresh is None
+                or fresh["remind_of_yourself"] == "0"
+                or fresh["last_seen_at"] is None
+                or fresh["last_seen_at"] >= silent_since
+            ):
+                return "skipped"  # they wrote or muted while the text was being written
+            # Marked before sending: a failure below loses this reminder, never doubles it.
+            await deps.users.mark_reminded(owner, deps.clock())
+            try:
+                await send(owner, text)
+            except RecipientGone as exc:
+                logger.info("user %s cannot be reached (%s): reminders off", owner, exc)
+                await deps.users.set_reminders(owner, False)
+                return "turned_off"
+            async with deps.conversations.pool.connection() as conn, conn.transaction():
+                await deps.conversations.append_message(
+                    conversation_id, "assistant", text, {"reminder": True}, conn=conn
+                )
+                await deps.users.advance_active_messages_count(owner, 1, conn=conn)
+        return "sent" if from_model else "templates"
+
+    async def compose(self, user: dict[str, Any], conversation_id: uuid.UUID) -> tuple[str, bool]:
+        """Return the reminder text and whether the model wrote it (else the template)."""
+        language = user.get("language_code")
+        try:
+            messages = await self._prompt(user, conversation_id)
+            answer = await asyncio.wait_for(
+                self.model.ainvoke(messages), timeout=self.settings.llm_timeout
+            )
+            text = reply_text(answer).strip().strip('"«»').strip()
+            if text and len(text) <= MAX_REMINDER_CHARS:
+                return text, True
+            logger.warning("reminder for %s: unusable model answer", user["telegram_user_id"])
+        except Exception as exc:
+            logger.warning(
+                "reminder for %s: model failed (%s: %s), using the template",
+                user["telegram_user_id"],
+                type(exc).__name__,
+                exc,
+            )
+        return t("reminder", language), False
+
+    async def _prompt(self, user: dict[str, Any], conversation_id: uuid.UUID) -> list[Any]:
+        deps, owner = self.deps, int(user["telegram_user_id"])
+        window = min(
+            RECENT_MESSAGES,
+            window_size(user.get("active_messages_count"), self.settings.max_context),
+        )
+        rows = await deps.conversations.load_last_messages(conversation_id, window)
+        conv = await deps.conversations.get_conversation(conversation_id)
+        facts = await deps.memory.list_facts(owner, 10)
+        lines = [
+            f"{row['role'].capitalize()}: {row['content'][:500]}"
+            for row in rows
+            if row["role"] in ("user", "assistant")
+        ]
+        memory = REMINDER_MEMORY.format(
+            summary=(conv or {}).get("summary") or "-",
+            facts="\n".join(f"- {f['key']}: {f['value']}" for f in facts) or "-",
+            messages="\n".join(lines) or "-",
+        )
+        language = LANGUAGE_NAMES[lang_of(user.get("language_code"))]
+        return [SystemMessage(REMINDER_SYSTEM.format(language=language)), HumanMessage(memory)]

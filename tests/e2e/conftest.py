@@ -1,0 +1,89 @@
+"""The real bot Application against the fake Bot API, the fake model and real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from src.bot.app import build_application, serve
+from src.services.factory import Runtime
+from tests.fakes.bot_api_server import FakeBotAPI
+
+BOT_TOKEN = "123456:TEST-TOKEN"
+CHAT_MODEL = "gpt-4o-mini"
+# Summaries, facts and compacts go to another model name, so that background calls never
+# take a reply scripted for the chat model (`llm.script_for(CHAT_MODEL, ...)`).
+SIDE_MODEL = "fake-model"
+
+
+@dataclass
+class RunningBot:
+    """A bot serving in the test's event loop."""
+
+    app: Any
+    runtime: Runtime
+    stop: asyncio.Event
+    task: asyncio.Task[None]
+
+    async def close(self) -> None:
+        """Stop the bot and wait until it has shut down."""
+        self.stop.set()
+        await asyncio.wait_for(self.task, 20)
+
+
+@pytest.fixture(scope="session")
+def tg_server() -> Iterator[FakeBotAPI]:
+    """Run one fake Bot API server for the session."""
+    with FakeBotAPI(BOT_TOKEN) as srv:
+        yield srv
+
+
+@pytest.fixture
+def tg(tg_server: FakeBotAPI) -> FakeBotAPI:
+    """Return the fake Bot API server, reset to its defaults."""
+    tg_server.reset()
+    return tg_server
+
+
+async def wait_until_running(bot: RunningBot, timeout: float = 15.0) -> None:
+    """Wait until the application is receiving updates (or failed to start)."""
+    deadline = time.monotonic() + timeout
+    while not (bot.app.running and bot.app.updater.running):
+        if bot.task.done():
+            bot.task.result()  # raises what made it fail
+            raise RuntimeError("the bot stopped during start")
+        if time.monotonic() > deadline:
+            raise TimeoutError("the bot did not start")
+        await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+async def start_bot(
+    runtime_factory: Callable[..., Awaitable[Runtime]], tg: FakeBotAPI
+) -> AsyncIterator[Callable[..., Awaitable[RunningBot]]]:
+    """Start real bot Applications over the test's database; stop them afterwards."""
+    running: list[RunningBot] = []
+
+    async def start(**overrides: Any) -> RunningBot:
+        values = {
+            "telegram_bot_token": BOT_TOKEN,
+            "telegram_api_base_url": tg.base_url,
+            "summary_model": SIDE_MODEL,
+            "compact_model": SIDE_MODEL,
+        }
+        runtime = await runtime_factory(**(values | overrides))
+        app = build_application(runtime.settings, runtime)
+        stop = asyncio.Event()
+        bot = RunningBot(app, runtime, stop, asyncio.create_task(serve(app, stop)))
+        running.append(bot)
+        await wait_until_running(bot)
+        return bot
+
+    yield start
+    for bot in running:
+        await bot.close()

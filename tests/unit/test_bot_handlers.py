@@ -1,0 +1,209 @@
+"""Handlers driven with real Updates through the real Application, with no network at all.
+
+The Bot's request class answers getMe, sendMessage and sendChatAction from memory and
+raises NetworkError for anything else; no runtime (and no database) is started, so a
+handler that reached AgentService would fail loudly — which the error handler turns into
+"something went wrong", and that is tested too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from telegram import Update
+from telegram.error import NetworkError
+from telegram.request import BaseRequest, RequestData
+
+from src.bot.app import build_application, file_base_url
+from src.bot.cli import run_bot
+from src.services.texts import t
+from tests.conftest import make_settings
+from tests.fakes.bot_api_server import FakeBotAPI
+
+TOKEN = "123456:TEST-TOKEN"
+BOT_USER = {"id": 999, "is_bot": True, "first_name": "Bot", "username": "tgagent_test_bot"}
+
+
+class OfflineRequest(BaseRequest):
+    """Answer a few Bot API methods locally and record them; refuse everything else."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    @property
+    def read_timeout(self) -> float | None:
+        return 1.0
+
+    async def initialize(self) -> None:
+        pass
+
+    async def shutdown(self) -> None:
+        pass
+
+    async def do_request(
+        self,
+        url: str,
+        method: str,
+        request_data: RequestData | None = None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> tuple[int, bytes]:
+        name = url.rsplit("/", 1)[-1]
+        params = dict(request_data.parameters) if request_data else {}
+        self.calls.append((name, params))
+        result: Any
+        if name == "getMe":
+            result = BOT_USER
+        elif name == "sendMessage":
+            chat = {"id": params["chat_id"], "type": "private"}
+            result = {"message_id": len(self.calls), "date": int(time.time()), "chat": chat}
+            result |= {"text": params["text"], "from": BOT_USER}
+        elif name == "sendChatAction":
+            result = True
+        else:
+            raise NetworkError(f"offline: {name} would need the network")
+        return 200, json.dumps({"ok": True, "result": result}).encode()
+
+    def texts(self) -> list[str]:
+        return [p["text"] for name, p in self.calls if name == "sendMessage"]
+
+
+@pytest.fixture
+def factory() -> FakeBotAPI:
+    """Build update payloads with the fake server's helpers (never started)."""
+    return FakeBotAPI(TOKEN)
+
+
+@pytest.fixture
+async def bot(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """Yield (application, offline request); indirect parametrization overrides settings."""
+    overrides = getattr(request, "param", {})
+    offline = OfflineRequest()
+    settings = make_settings(None, telegram_bot_token=TOKEN, **overrides)
+    app = build_application(settings, request=offline)
+    await app.initialize()
+    try:
+        yield app, offline
+    finally:
+        await app.shutdown()
+
+
+async def feed(app: Any, factory: FakeBotAPI) -> None:
+    """Process the update the factory built last."""
+    await app.process_update(Update.de_json(factory.updates[-1], app.bot))
+
+
+async def test_start_help_and_unknown_command(bot: Any, factory: FakeBotAPI) -> None:
+    app, offline = bot
+    factory.push_text(1, "/start", first_name="Ann")
+    await feed(app, factory)
+    factory.push_text(1, "/help", language_code="en")
+    await feed(app, factory)
+    factory.push_text(1, "/nope")
+    await feed(app, factory)
+    assert offline.texts() == [
+        t("greeting", "ru", name="Ann"),
+        t("help", "en"),
+        t("unknown_command", "ru"),
+    ]
+
+
+async def test_media_get_a_clear_answer(bot: Any, factory: FakeBotAPI) -> None:
+    app, offline = bot
+    for push in (factory.push_photo, factory.push_sticker, factory.push_voice):
+        push(1)
+        await feed(app, factory)
+    factory.push_document(1, language_code="en")
+    await feed(app, factory)
+    assert offline.texts() == [t("not_text", "ru")] * 3 + [t("not_text", "en")]
+
+
+async def test_edits_channel_posts_and_group_chatter_are_silent(
+    bot: Any, factory: FakeBotAPI
+) -> None:
+    app, offline = bot
+    factory.push_text(1, "hello")  # not fed: only there to be edited
+    factory.push_edited_text(1, "hello again")
+    await feed(app, factory)
+    factory.push_channel_post(-100777, "news")
+    await feed(app, factory)
+    factory.push_text(1, "talking among ourselves", chat_type="supergroup", chat_id=-1002)
+    await feed(app, factory)
+    factory.push_sticker(1, chat_type="group", chat_id=-1003)
+    await feed(app, factory)
+    factory.push_text(1, "/help@another_bot", chat_type="group", chat_id=-1003)
+    await feed(app, factory)
+    factory.push_update(
+        {"message": factory._message(1) | {"new_chat_title": "renamed"}}  # a service message
+    )
+    await feed(app, factory)
+    assert offline.calls == [("getMe", {})]
+
+
+async def test_group_mention_and_commands_are_answered(bot: Any, factory: FakeBotAPI) -> None:
+    app, offline = bot
+    factory.push_text(1, "/help@tgagent_test_bot", chat_type="group", chat_id=-7)
+    await feed(app, factory)
+    factory.push_sticker(1, chat_type="group", chat_id=-7, reply_to_bot=True)
+    await feed(app, factory)
+    assert offline.texts() == [t("help", "ru"), t("not_text", "ru")]
+    sent = [p for name, p in offline.calls if name == "sendMessage"]
+    assert all(p["chat_id"] == -7 and "reply_parameters" in p for p in sent)
+
+
+@pytest.mark.parametrize("bot", [{"allowed_user_ids": [1], "admin_user_ids": [2]}], indirect=True)
+async def test_refused_users_get_one_polite_sentence(bot: Any, factory: FakeBotAPI) -> None:
+    app, offline = bot
+    factory.push_text(3, "hello", language_code="en")
+    await feed(app, factory)
+    factory.push_text(3, "/start")
+    await feed(app, factory)
+    factory.push_text(3, "chatter", chat_type="group", chat_id=-9)  # not addressed: silence
+    await feed(app, factory)
+    factory.push_text(2, "/help")  # an admin is always allowed
+    await feed(app, factory)
+    assert offline.texts() == [t("not_allowed", "en"), t("not_allowed", "ru"), t("help", "ru")]
+
+
+@pytest.mark.parametrize("bot", [{"user_rate_limit": 2, "admin_user_ids": [5]}], indirect=True)
+async def test_rate_limit_explains_once(bot: Any, factory: FakeBotAPI) -> None:
+    app, offline = bot
+    for _ in range(5):
+        factory.push_text(1, "/help")
+        await feed(app, factory)
+    assert offline.texts() == [t("help", "ru")] * 2 + [t("rate_limited", "ru")]
+    for _ in range(4):  # admins are not limited
+        factory.push_text(5, "/help")
+        await feed(app, factory)
+    assert offline.texts()[3:] == [t("help", "ru")] * 4
+
+
+async def test_errors_are_logged_and_the_user_told(
+    bot: Any, factory: FakeBotAPI, caplog: pytest.LogCaptureFixture
+) -> None:
+    app, offline = bot
+    factory.push_text(1, "hello")  # no runtime was started: the turn cannot run
+    with caplog.at_level(logging.ERROR, logger="src.bot.handlers"):
+        await feed(app, factory)
+    assert offline.texts() == [t("internal_error", "ru")]
+    records = [r for r in caplog.records if r.name == "src.bot.handlers"]
+    assert len(records) == 1 and records[0].exc_info is not None
+    assert "runtime is not started" in str(records[0].exc_info[1])
+
+
+def test_file_url_is_derived_from_the_base_url() -> None:
+    assert file_base_url("http://127.0.0.1:8081/bot") == "http://127.0.0.1:8081/file/bot"
+    assert file_base_url("https://api.telegram.org/bot/") == "https://api.telegram.org/file/bot"
+
+
+async def test_missing_token_is_one_clear_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code = await run_bot(argparse.Namespace(), make_settings(None))
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and "TELEGRAM_BOT_TOKEN" in err and "BotFather" in err
