@@ -49,6 +49,17 @@ async def compaction_job(context: ContextTypes.DEFAULT_TYPE) -> None:
         await compact()
 
 
+async def prune_job(context: ContextTypes.DEFAULT_TYPE) -> None:
+    """Job: keep the last CHECKPOINT_KEEP turns of checkpoints per conversation."""
+    from src.devtools.prune import prune_checkpoints
+
+    state = state_of(context)
+    if state.runtime is None:
+        return
+    counts = await prune_checkpoints(state.runtime.pool, state.settings.checkpoint_keep)
+    logger.info("checkpoints pruned: %s", counts)
+
+
 def compaction_interval_minutes(idle_minutes: float) -> float:
     """Return how often to look for idle sessions: a sixth of the idle time, 1-10 min."""
     return max(1.0, min(10.0, idle_minutes / 6))
@@ -68,4 +79,7 @@ def schedule_jobs(app: App, state: BotState) -> list[str]:
         every = compaction_interval_minutes(settings.session_idle_minutes) * 60
         queue.run_repeating(compaction_job, interval=every, first=every, name="compaction")
         names.append("compaction")
+    day = 24 * 3600.0
+    queue.run_repeating(prune_job, interval=day, first=600.0, name="prune-checkpoints")
+    names.append("prune-checkpoints")
     return names
