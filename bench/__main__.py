@@ -1,4 +1,4 @@
-"""Run a benchmark: `python -m bench storage [options]`."""
+"""Run a benchmark: `python -m bench {storage,turns} [options]`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,13 @@ def _storage(argv: Sequence[str]) -> int:
     return main(argv)
 
 
-BENCHMARKS: dict[str, Callable[[Sequence[str]], int]] = {"storage": _storage}
+def _turns(argv: Sequence[str]) -> int:
+    from bench.turns import main
+
+    return main(argv)
+
+
+BENCHMARKS: dict[str, Callable[[Sequence[str]], int]] = {"storage": _storage, "turns": _turns}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 from telegram import BotCommand, BotCommandScopeDefault
 from telegram.error import TelegramError
-from telegram.ext import AIORateLimiter, Application
+from telegram.ext import AIORateLimiter, Application, BaseRateLimiter
 from telegram.request import BaseRequest
 
 from src.bot import handlers
@@ -37,13 +37,18 @@ def file_base_url(base_url: str) -> str:
 
 
 def build_application(
-    settings: Settings, runtime: Runtime | None = None, *, request: BaseRequest | None = None
+    settings: Settings,
+    runtime: Runtime | None = None,
+    *,
+    request: BaseRequest | None = None,
+    rate_limiter: BaseRateLimiter[Any] | None = None,
 ) -> App:
     """Build the bot: handlers, 429 handling, concurrency, and the runtime's lifecycle.
 
     Without `runtime`, `post_init` builds one (opening the pool) and `post_shutdown`
     closes it; a given runtime stays the caller's. `request` replaces the HTTP client
-    (tests pass one that never touches the network).
+    (tests pass one that never touches the network); `rate_limiter` replaces the one
+    that keeps to Telegram's flood limits (a fake Bot API server has none to keep to).
     """
     if settings.telegram_bot_token is None:
         raise ConfigError("TELEGRAM_BOT_TOKEN is not set: get a token from @BotFather")
@@ -54,7 +59,7 @@ def build_application(
     if request is not None:
         builder = builder.request(request).get_updates_request(request)
     app: App = (
-        builder.rate_limiter(AIORateLimiter(max_retries=FLOOD_RETRIES))
+        builder.rate_limiter(rate_limiter or AIORateLimiter(max_retries=FLOOD_RETRIES))
         # Different chats run concurrently; AgentService keeps each owner's turns in order.
         .concurrent_updates(True)
         .post_init(_post_init)

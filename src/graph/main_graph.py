@@ -1,5 +1,5 @@
 """Wire the conversation graph: load_history -> build_context -> agent <-> tools ->
-log_tools -> save_response -> summarize?"""
+log_tools (only after tools ran) -> save_response -> summarize?"""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from langgraph.prebuilt import ToolNode
 
 from src.graph.conversation_state import ConversationState
 from src.graph.deps import GraphDeps
+from src.graph.frs_tools import make_frs_tools
 from src.graph.nodes import Nodes
 from src.graph.tools import make_memory_tools
 
@@ -33,7 +34,7 @@ def tool_error_message(error: Exception) -> str:
 
 def make_tools(deps: GraphDeps) -> list[BaseTool]:
     """Return every tool the model is offered."""
-    return make_memory_tools(deps)
+    return [*make_memory_tools(deps), *make_frs_tools(deps)]
 
 
 def build_graph(deps: GraphDeps, checkpointer: BaseCheckpointSaver[Any] | None = None) -> Any:
@@ -52,7 +53,9 @@ def build_graph(deps: GraphDeps, checkpointer: BaseCheckpointSaver[Any] | None =
     builder.add_edge(START, "load_history")
     builder.add_edge("load_history", "build_context")
     builder.add_edge("build_context", "agent")
-    builder.add_conditional_edges("agent", nodes.route_after_agent, ["tools", "log_tools"])
+    builder.add_conditional_edges(
+        "agent", nodes.route_after_agent, ["tools", "log_tools", "save_response"]
+    )
     builder.add_edge("tools", "agent")
     builder.add_edge("log_tools", "save_response")
 

@@ -16,6 +16,7 @@ from src.graph.context import reply_text
 from src.graph.conversation_state import ConversationState
 from src.graph.deps import GraphDeps
 from src.graph.summarizer import summarize_overflow
+from src.graph.tokens import count_tools
 
 logger = logging.getLogger(__name__)
 
@@ -61,24 +62,39 @@ class Nodes:
         self.deps = deps
         self.tools = tools
         self.model_with_tools = deps.chat_model.bind_tools(tools) if tools else deps.chat_model
+        # Every request carries the tools' schemas: the context budget leaves room for them.
+        self.tool_tokens = count_tools(tools, deps.counter)
 
     async def load_history(self, state: ConversationState) -> dict[str, Any]:
         """Load the working window, running summary, facts and previous conversations."""
         deps, user_id = self.deps, state["user_id"]
         conversation_id = uuid.UUID(state["conversation_id"])
-        user = await deps.users.get(user_id)
-        window = window_size(
-            user["active_messages_count"] if user else None, deps.settings.max_context
-        )
-        rows: list[dict[str, Any]] = []
-        if window > 0:
-            rows = await deps.conversations.load_last_messages(conversation_id, window + 1)
-            rows = [r for r in rows if r["id"] != state.get("input_message_id")][-window:]
-        conv = await deps.conversations.get_conversation(conversation_id)
-        facts = await deps.memory.list_facts(user_id, deps.settings.max_facts_in_prompt)
-        compacts = []
-        if deps.settings.compacts_in_prompt:
-            compacts = await deps.memory.list_compacts(user_id, deps.settings.compacts_in_prompt)
+        # One checkout for all five reads: each checkout costs the pool's connection check.
+        async with deps.conversations.pool.connection() as conn:
+            user = await deps.users.get(user_id, conn=conn)
+            window = window_size(
+                user["active_messages_count"] if user else None, deps.settings.max_context
+            )
+            rows: list[dict[str, Any]] = []
+            if window > 0:
+                rows = await deps.conversations.load_last_messages(
+                    conversation_id, window + 1, conn=conn
+                )
+                rows = [r for r in rows if r["id"] != state.get("input_message_id")][-window:]
+            conv = await deps.conversations.get_conversation(conversation_id, conn=conn)
+            # Twice the prompt's share: build_context may leave preferences out (objectivity).
+            facts = await deps.memory.list_facts(
+                user_id, 2 * deps.settings.max_facts_in_prompt, conn=conn
+            )
+            compacts = []
+            if deps.settings.compacts_in_prompt:
+                # This conversation's own compact (after an idle pause) would repeat its history.
+                compacts = await deps.memory.list_compacts(
+                    user_id,
+                    deps.settings.compacts_in_prompt,
+                    conn=conn,
+                    exclude_conversation=conversation_id,
+                )
         return {
             "history": [_jsonable(r) for r in rows],
             "summary": conv["summary"] if conv else "",
@@ -89,7 +105,7 @@ class Nodes:
     async def build_context(self, state: ConversationState) -> dict[str, Any]:
         """Assemble the model's context within the token budget."""
         messages, snapshot, tokens = assemble_context(
-            dict(state), self.deps.settings, self.deps.counter
+            dict(state), self.deps.settings, self.deps.counter, reserve=self.tool_tokens
         )
         return {
             "messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *messages],
@@ -127,12 +143,15 @@ class Nodes:
             "usage": usage,
         }
 
-    def route_after_agent(self, state: ConversationState) -> Literal["tools", "log_tools"]:
-        """Run the requested tools, or finish the turn."""
+    def route_after_agent(
+        self, state: ConversationState
+    ) -> Literal["tools", "log_tools", "save_response"]:
+        """Run the requested tools, or finish the turn (logging the tools that ran)."""
         last = state["messages"][-1]
         if isinstance(last, AIMessage) and last.tool_calls:
             return "tools"
-        return "log_tools"
+        # Without tools there is nothing to log: skip the step and its checkpoint.
+        return "log_tools" if state.get("tool_rounds", 0) else "save_response"
 
     async def log_tools(self, state: ConversationState) -> dict[str, Any]:
         """Persist this turn's tool calls and results, then a `Tools used: ...` note."""
@@ -170,7 +189,9 @@ class Nodes:
         """Persist the reply and advance seed 000's active message counter."""
         reply = reply_text(state["messages"][-1])
         stored = state.get("stored_count", 1) + 1
-        async with self.deps.conversations.pool.connection() as conn, conn.transaction():
+        pool = self.deps.conversations.pool
+        # Pipelined: BEGIN, the insert, the update and COMMIT in two round trips, not four.
+        async with pool.connection() as conn, conn.pipeline(), conn.transaction():
             await self.deps.conversations.append_message(
                 uuid.UUID(state["conversation_id"]), "assistant", reply, conn=conn
             )
@@ -180,7 +201,9 @@ class Nodes:
     async def summarize(self, state: ConversationState) -> dict[str, Any]:
         """Fold overflow into the running summary; a failure is logged and loses nothing."""
         try:
-            folded = await summarize_overflow(self.deps, uuid.UUID(state["conversation_id"]))
+            folded = await summarize_overflow(
+                self.deps, uuid.UUID(state["conversation_id"]), reserve=self.tool_tokens
+            )
         except Exception:
             logger.warning("summarizer failed for %s", state["conversation_id"], exc_info=True)
             folded = 0

@@ -13,6 +13,15 @@ PREFERENCES_HEADER = "User's preferences and unconfirmed hypotheses (use only to
 PREVIOUS_CONVERSATIONS_HEADER = "Previous conversations:"
 SUMMARY_HEADER = "Summary of the earlier part of this conversation:"
 
+FACTS_SOFT_NOTE = (
+    "Lines marked [preference] are the user's tastes and [hypothesis] unconfirmed guesses: "
+    "use them only to personalize an answer, never as evidence."
+)
+FACTS_OBJECTIVE_NOTE = (
+    "(The user's preferences and unconfirmed hypotheses are left out: this request needs "
+    "an objective answer.)"
+)
+
 SUMMARIZER_SYSTEM = "You update a running summary of a conversation. Be precise and brief."
 SUMMARIZE_FIRST = """Summarize this conversation. Keep key facts, decisions and open questions:
 
@@ -32,6 +41,76 @@ Rules:
 - drop items that the new messages closed
 - stay compact"""
 
+# Seed 002's three compression strategies, each applied incrementally (the previous
+# summary plus only the messages that newly left the working window).
+SUMMARY_INSTRUCTIONS = {
+    "summarize": "Summarize this conversation. Keep key facts, decisions and open questions.",
+    "semantic": """Compress this conversation to the minimum.
+- keep ONLY facts, decisions and open questions
+- drop greetings, thanks and repetitions
+- drop reasoning when there is a final decision
+- one statement per line""",
+    "keyvalue": """Extract the key facts of this conversation as "key: value" lines.
+Key categories:
+- decision: a decision taken
+- constraint: a limit or requirement
+- action: something done
+- open: an unresolved question
+Example:
+decision:database: Use PostgreSQL
+constraint:budget: At most $100 a month""",
+}
+SUMMARY_PROMPT = """{instruction}
+
+Current summary (empty at first):
+{summary}
+
+New messages:
+{conversation}
+
+Rules:
+- keep ALL important information from the current summary
+- add new facts and decisions from the new messages
+- where the new messages contradict the summary, use the new information
+- drop items that the new messages closed
+- at most about {words} words, in the language of the conversation
+Answer with the updated summary only."""
+
+FACTS_SYSTEM = (
+    "You extract durable facts about the user from a conversation. Answer with JSON only."
+)
+FACTS_EXTRACT = """Extract what is worth remembering about the user from these messages: \
+who they are, what they decided, limits they set, what they like, and guesses that are \
+not confirmed. Skip small talk and anything only about this moment.
+
+Keys already known (reuse one when a fact is about the same thing: its value is replaced):
+{keys}
+
+Messages:
+{conversation}
+
+Answer with a JSON array, [] when nothing is worth keeping. Each item:
+{{"key": "short_snake_case_key", "value": "the fact, in the user's language", \
+"type": "fact|preference|hypothesis|constraint", "importance": 1-10}}
+Types: fact = confirmed data (name, job, city, a decision taken); preference = what the \
+user likes or wants; hypothesis = a guess or an unconfirmed assumption, the user's or \
+yours; constraint = a limit or requirement (budget, deadline, allergy).
+Importance: 10 = matters in almost every answer, 1 = trivia."""
+
+# Seed 001: a finished session compacted by a cheap model.
+COMPACT_SYSTEM = (
+    "You compact a finished conversation into a short memory of it. Answer with JSON only."
+)
+COMPACT_PROMPT = """Compress this conversation into at most {chars} characters. Name its \
+key topics and the last thing done.
+
+{conversation}
+
+Answer with one JSON object:
+{{"summary": "what was discussed and decided, at most {chars} characters, in the \
+language of the conversation", "topics": ["short topic", "..."], \
+"lastAction": "the last thing done or agreed"}}"""
+
 CAP_REACHED_NOTE = (
     "Tool budget for this message is used up: answer the user now with what you have."
 )
@@ -41,3 +120,19 @@ CAP_FALLBACK_REPLY = {
     "ru": "Не успел закончить: слишком много шагов с инструментами. Уточните, пожалуйста, запрос.",
     "en": "I couldn't finish: it took too many tool steps. Could you narrow the request down?",
 }
+
+# --- FRS /compress (seed 003) ---
+COMPRESS_SYSTEM = """You manage the context of a long conversation between a user and you, \
+their Telegram assistant. Below is the conversation's working memory, each message numbered \
+as `[i] Role: text`. You can replace runs of messages with short summaries using the tools \
+compress_range(from, to, summary) and compress_last(count, summary); view_thread shows \
+sizes in tokens."""
+COMPRESS_REQUEST = """The user asked (/compress) to compress the older part of this \
+conversation so that it takes less context. Replace runs of messages you no longer need \
+verbatim (long tool results, finished sub-tasks, settled topics, small talk) with summaries. \
+Each summary keeps every fact, number, name, decision, preference and open question that \
+may still matter. Leave the latest exchange and anything already short as it is. \
+{focus}When you are done, answer with one short sentence."""
+COMPRESS_FOCUS = (
+    "The user's focus: {focus}. Keep what concerns it in detail; compress the rest more boldly. "
+)

@@ -1,21 +1,63 @@
-"""Fold messages that left the working window into the running summary, incrementally.
+"""Fold messages that left working memory into the running summary, incrementally.
 
-Each call reads only the previous summary and a bounded batch of overflow (seed 002's
-incremental summarization), so its cost does not grow with the conversation.
+Overflow is every unsummarized message older than the working window: the last
+`MAX_CONTEXT` messages, and of those only the newest that fit the working-memory budget
+(so a message too big to be shown is summarized rather than silently lost). Each call
+reads only the previous summary and a bounded batch of overflow (seed 002's incremental
+summarization), and the stored summary is cut to its budget on a sentence boundary, so
+the summarizer's input does not grow with the conversation. Typed facts are extracted
+from the batch first (src/graph/facts.py).
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import HumanMessage, SystemMessage
 
+from src.config import Settings
 from src.graph import prompts
+from src.graph.context import Layers, group_units, row_tokens, select_recent, truncate_text
 from src.graph.deps import GraphDeps
+from src.graph.facts import extract_facts
+from src.graph.tokens import TokenCounter
 
 logger = logging.getLogger(__name__)
+
+# Batches folded per call at most: catches up after a backlog without running for long.
+MAX_ROUNDS = 3
+# Tokens of the summarizer's own instructions, reserved out of its model's input budget.
+PROMPT_RESERVE = 600
+
+
+@dataclass(frozen=True)
+class SummaryLimits:
+    """Token limits of one summarizer call."""
+
+    summary: int
+    """Longest stored summary: two thirds of the summary layer (the rest is for
+    previous conversations)."""
+    batch: int
+    """Most tokens of overflow in one call."""
+    message: int
+    """Most tokens of one message in a batch."""
+    working: int
+    """Working memory of the chat model when the other layers are full: what fits there
+    is not overflow."""
+
+
+def summary_limits(settings: Settings, reserve: int = 0) -> SummaryLimits:
+    """Return the summarizer's limits; `reserve` is what the chat model's tools take."""
+    chat = Layers.for_model(settings, settings.llm_model, reserve)
+    summary = max(64, chat.summary * 2 // 3)
+    room = Layers.for_model(settings, settings.effective_summary_model).total
+    batch = max(256, min(chat.working, room - summary - PROMPT_RESERVE))
+    # What working memory holds even when the other layers use their whole shares.
+    working = max(0, min(chat.working, chat.total - chat.system - chat.facts - chat.summary))
+    return SummaryLimits(summary, batch, max(64, batch // 4), working)
 
 
 def overflow_batch_cap(trigger: int) -> int:
@@ -24,47 +66,90 @@ def overflow_batch_cap(trigger: int) -> int:
 
 
 async def find_overflow(
-    deps: GraphDeps, conversation_id: uuid.UUID
-) -> tuple[str, int, list[dict[str, Any]]]:
-    """Return the summary, how far it reaches, and the unsummarized overflow (oldest first)."""
+    deps: GraphDeps, conversation_id: uuid.UUID, reserve: int = 0
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """Return the conversation and its unsummarized overflow, oldest first (bounded)."""
     conv = await deps.conversations.get_conversation(conversation_id)
     if conv is None:
-        return "", 0, []
-    window = deps.settings.max_context
-    cap = overflow_batch_cap(deps.settings.summary_trigger)
-    rows = await deps.conversations.unsummarized(
-        conversation_id, conv["summary_upto_id"], window + cap
+        return None, []
+    settings, upto = deps.settings, conv["summary_upto_id"]
+    window = await deps.conversations.load_last_messages(conversation_id, settings.max_context)
+    window = [r for r in window if r["id"] > upto]
+    limits = summary_limits(settings, reserve)
+    kept = select_recent(group_units(window), limits.working, lambda r: row_tokens(r, deps.counter))
+    boundary = kept[0][0]["id"] if kept else (window[-1]["id"] + 1 if window else 0)
+    cap = overflow_batch_cap(settings.summary_trigger)
+    rows = await deps.conversations.unsummarized(conversation_id, upto, cap)
+    return conv, [r for r in rows if r["id"] < boundary]
+
+
+def format_row(row: dict[str, Any], cap: int, counter: TokenCounter) -> str:
+    """Render one message as a `[role]: text` line for the summarizer, cut to `cap` tokens."""
+    text = (row.get("content") or "").strip()
+    calls = (row.get("meta") or {}).get("tool_calls") or []
+    if calls:
+        text += " " + ", ".join(f"{c.get('name')}({c.get('args')})" for c in calls)
+    return f"[{row['role']}]: {truncate_text(text.strip(), cap, counter)}"
+
+
+def take_batch(
+    overflow: list[dict[str, Any]], limits: SummaryLimits, counter: TokenCounter
+) -> tuple[list[dict[str, Any]], str]:
+    """Return the oldest overflow messages that fit one call, and their text."""
+    lines: list[str] = []
+    used = 0
+    for row in overflow:
+        line = format_row(row, limits.message, counter)
+        cost = counter.count(line) + 1
+        if lines and used + cost > limits.batch:
+            break
+        lines.append(line)
+        used += cost
+    return overflow[: len(lines)], "\n".join(lines)
+
+
+async def update_summary(deps: GraphDeps, summary: str, conversation: str) -> str:
+    """Return the running summary extended with `conversation`, cut to its budget."""
+    limits = summary_limits(deps.settings)
+    strategy = deps.settings.summary_strategy
+    prompt = prompts.SUMMARY_PROMPT.format(
+        instruction=prompts.SUMMARY_INSTRUCTIONS[strategy],
+        summary=summary or "(empty)",
+        conversation=conversation,
+        words=max(20, limits.summary // 2),
     )
-    overflow = rows[: max(0, min(cap, len(rows) - window))]
-    return conv["summary"], conv["summary_upto_id"], overflow
-
-
-def format_for_summary(rows: list[dict[str, Any]]) -> str:
-    """Render messages as `[role]: text` lines for the summarizer."""
-    return "\n".join(f"[{r['role']}]: {r['content']}" for r in rows)
-
-
-async def summarize_overflow(deps: GraphDeps, conversation_id: uuid.UUID) -> int:
-    """Extend the running summary when enough overflow gathered; return messages folded."""
-    summary, _, overflow = await find_overflow(deps, conversation_id)
-    if len(overflow) < deps.settings.summary_trigger:
-        return 0
-    conversation = format_for_summary(overflow)
-    if summary:
-        prompt = prompts.SUMMARIZE_UPDATE.format(summary=summary, conversation=conversation)
-    else:
-        prompt = prompts.SUMMARIZE_FIRST.format(conversation=conversation)
     answer = await deps.summary_model.ainvoke(
         [SystemMessage(prompts.SUMMARIZER_SYSTEM), HumanMessage(prompt)]
     )
     text = answer.text.strip()
     if not text:
         raise ValueError("the summarizer returned an empty summary")
-    await deps.conversations.update_summary(conversation_id, text, overflow[-1]["id"])
-    logger.info(
-        "summary of %s extended with %d messages (%d chars)",
-        conversation_id,
-        len(overflow),
-        len(text),
-    )
-    return len(overflow)
+    return truncate_text(text, limits.summary, deps.counter)
+
+
+async def summarize_overflow(deps: GraphDeps, conversation_id: uuid.UUID, reserve: int = 0) -> int:
+    """Extend the running summary when enough overflow gathered; return messages folded.
+
+    Facts are extracted from each batch before it is summarized. A model error stops
+    here with nothing advanced, so the batch is retried on a later turn. `reserve`: the
+    tokens the chat model's tool schemas take from its input budget.
+    """
+    limits = summary_limits(deps.settings, reserve)
+    folded = 0
+    for _ in range(MAX_ROUNDS):
+        conv, overflow = await find_overflow(deps, conversation_id, reserve)
+        if conv is None or not overflow or len(overflow) < deps.settings.summary_trigger:
+            break
+        batch, conversation = take_batch(overflow, limits, deps.counter)
+        await extract_facts(deps, conv["telegram_user_id"], conversation_id, conversation)
+        text = await update_summary(deps, conv["summary"], conversation)
+        await deps.conversations.update_summary(conversation_id, text, batch[-1]["id"])
+        folded += len(batch)
+        logger.info(
+            "summary of %s extended with %d messages (%d tokens in, %d chars out)",
+            conversation_id,
+            len(batch),
+            deps.counter.count(conversation),
+            len(text),
+        )
+    return folded

@@ -3,35 +3,39 @@ the model's arguments: every tool reads `user_id` from the injected state."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 from langchain_core.tools import BaseTool, tool
 from langgraph.prebuilt import InjectedState
 
+from src.graph.context import compact_line, when_local
 from src.graph.deps import GraphDeps
 
-
-def _when(value: Any, deps: GraphDeps) -> str:
-    if isinstance(value, datetime):
-        return value.astimezone(deps.settings.zone).strftime("%Y-%m-%d %H:%M")
-    return str(value or "")
+# Characters of one found message shown to the model.
+SEARCH_SNIPPET_CHARS = 500
 
 
 def format_compacts(rows: list[dict[str, Any]], deps: GraphDeps) -> str:
     """Render session compacts as the model reads them, oldest first."""
     if not rows:
         return "No previous conversations are remembered."
+    lines = [compact_line(row, deps.settings.zone) for row in reversed(rows)]
+    return "Previous conversations (oldest first):\n" + "\n".join(lines)
+
+
+def format_found(rows: list[dict[str, Any]], query: str, deps: GraphDeps) -> str:
+    """Render found messages with their dates, best match first."""
+    if not rows:
+        return f"Nothing found for {query!r}."
     lines = []
-    for row in reversed(rows):
-        topics = ", ".join(row.get("topics") or [])
-        line = f"- {_when(row['created_at'], deps)}: {row['summary']}"
-        if topics:
-            line += f" Topics: {topics}."
-        if row.get("last_action"):
-            line += f" Last action: {row['last_action']}."
-        lines.append(line)
-    return "Previous conversations:\n" + "\n".join(lines)
+    for row in rows:
+        text = " ".join((row["content"] or "").split())
+        if len(text) > SEARCH_SNIPPET_CHARS:
+            text = text[:SEARCH_SNIPPET_CHARS] + " …"
+        mark = " (compressed out of the conversation)" if row.get("squashed") else ""
+        when = when_local(row["created_at"], deps.settings.zone)
+        lines.append(f"- {when} {row['role']}{mark}: {text}")
+    return f"Found {len(rows)} message(s) for {query!r}, best match first:\n" + "\n".join(lines)
 
 
 def make_memory_tools(deps: GraphDeps) -> list[BaseTool]:
@@ -41,7 +45,8 @@ def make_memory_tools(deps: GraphDeps) -> list[BaseTool]:
     async def recall_previous_conversations(
         state: Annotated[dict[str, Any], InjectedState],
     ) -> str:
-        """Recall short summaries of the user's previous conversations with you.
+        """Recall short summaries of the user's previous conversations with you: when,
+        what about, topics and the last thing done.
 
         Use it when the user asks what you talked about before, or refers to an earlier
         conversation that is not in the current one."""
@@ -54,19 +59,18 @@ def make_memory_tools(deps: GraphDeps) -> list[BaseTool]:
         state: Annotated[dict[str, Any], InjectedState],
         limit: int = 10,
     ) -> str:
-        """Search everything the user and you said in stored conversations, older parts
-        included, and return matching messages with their dates, newest first.
+        """Search everything the user and you said in stored conversations, including
+        parts that are no longer in your context, and return matching messages with
+        their dates, best match first.
 
         Args:
-            query: words to look for.
+            query: words to look for (any of them matches; Russian and English word
+                forms are matched, e.g. "кот" finds "коты").
             limit: how many messages to return at most (1-50).
         """
-        rows = await deps.memory.search_messages(state["user_id"], query, limit)
-        if not rows:
-            return f"Nothing found for {query!r}."
-        lines = [
-            f"- {_when(r['created_at'], deps)} {r['role']}: {r['content'][:500]}" for r in rows
-        ]
-        return f"Found {len(rows)} message(s) for {query!r}:\n" + "\n".join(lines)
+        rows = await deps.memory.search_messages(
+            state["user_id"], query, limit, exclude_id=state.get("input_message_id")
+        )
+        return format_found(rows, query, deps)
 
     return [recall_previous_conversations, search_history]

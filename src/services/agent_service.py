@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
@@ -14,6 +15,7 @@ import psycopg
 from psycopg_pool import PoolTimeout
 
 from src.graph.deps import GraphDeps
+from src.graph.frs_compress import build_compress_graph, run_compression
 from src.graph.nodes import ModelFailure, window_size
 from src.services.texts import t
 from src.services.turn_lock import TurnLocks
@@ -46,6 +48,47 @@ class TurnResult:
     tokens_out: int = 0
     context_tokens: int = 0
     ms: float = 0.0
+
+
+@dataclass
+class CompressResult:
+    """What /compress did: how many messages and tokens the context is shorter by."""
+
+    ok: bool = True
+    compressible: int = 0
+    compressions: int = 0
+    messages_replaced: int = 0
+    tokens_before: int = 0
+    tokens_saved: int = 0
+    reply: str = ""
+    """The report for the user, in their language."""
+
+    @property
+    def messages_saved(self) -> int:
+        """Messages fewer in the context: each compression turned a run into one."""
+        return self.messages_replaced - self.compressions
+
+    @property
+    def tokens_after(self) -> int:
+        """Tokens of the working memory after the compression (approximate)."""
+        return max(0, self.tokens_before - self.tokens_saved)
+
+    def text(self, language_code: str | None = None) -> str:
+        """Return the report for the user, in their language."""
+        if not self.ok:
+            return t("compress_failed", language_code)
+        if self.compressible < 2:
+            return t("compress_nothing", language_code)
+        if not self.compressions:
+            return t("compress_declined", language_code)
+        return t(
+            "compress_report",
+            language_code,
+            messages=self.messages_saved,
+            tokens=self.tokens_saved,
+            before=self.tokens_before,
+            after=self.tokens_after,
+        )
 
 
 def stamp(text: str, when: datetime, settings: Any) -> str:
@@ -101,10 +144,12 @@ class AgentService:
         lang = identity.language_code
         progress = {"stored": False}
         try:
-            await self.deps.users.get_or_create(
-                identity.owner_id, identity.username, identity.first_name, lang
-            )
+            # The lock comes first: turns start in arrival order, and awaiting anything
+            # before it would let two quick messages of one owner swap places.
             async with self.locks.hold(identity.owner_id):
+                await self.deps.users.get_or_create(
+                    identity.owner_id, identity.username, identity.first_name, lang
+                )
                 await self._turn_locked(identity, text, result, started, progress)
         except DB_ERRORS:
             logger.error("database unavailable for a turn of %s", identity.owner_id, exc_info=True)
@@ -126,10 +171,14 @@ class AgentService:
         progress: dict[str, bool],
     ) -> None:
         deps, lang = self.deps, identity.language_code
-        conversation_id = await deps.conversations.get_or_create_conversation(identity.owner_id)
-        row = await deps.conversations.append_message(
-            conversation_id, "user", stamp(text, deps.clock(), self.settings)
-        )
+        # One checkout for both: each costs the pool's connection check.
+        async with deps.conversations.pool.connection() as conn:
+            conversation_id = await deps.conversations.get_or_create_conversation(
+                identity.owner_id, conn=conn
+            )
+            row = await deps.conversations.append_message(
+                conversation_id, "user", stamp(text, deps.clock(), self.settings), conn=conn
+            )
         progress["stored"] = True
         state = {
             "user_id": identity.owner_id,
@@ -191,6 +240,8 @@ class AgentService:
         """Wait until background work (summaries after replies) has finished."""
         while self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
+        if self.compactor is not None:
+            await self.compactor.drain()
 
     # --- commands ----------------------------------------------------------------
 
@@ -254,6 +305,69 @@ class AgentService:
             ),
             "reminders": user is not None and user["remind_of_yourself"] != "0",
         }
+
+    async def compact_idle_sessions(self, now: datetime | None = None) -> int:
+        """Compact sessions silent for SESSION_IDLE_MINUTES (a job); return how many.
+
+        The conversations stay open: a user coming back continues where they left off.
+        """
+        if self.compactor is None:
+            return 0
+        return int(await self.compactor.compact_idle(now))
+
+    @functools.cached_property
+    def compress_graph(self) -> Any:
+        """The /compress graph, compiled on first use."""
+        return build_compress_graph(self.deps)
+
+    async def compress(self, identity: Identity, focus: str | None = None) -> CompressResult:
+        """/compress [focus]: let the model compress the older part of the conversation.
+
+        Runs under the owner's turn lock, on the same working window a turn would see;
+        every squash is logged as requested by "user:/compress". Failures change nothing.
+        """
+        deps = self.deps
+        started = time.perf_counter()
+        try:
+            await deps.users.get_or_create(
+                identity.owner_id, identity.username, identity.first_name, identity.language_code
+            )
+            async with self.locks.hold(identity.owner_id):
+                conversation_id = await deps.conversations.get_or_create_conversation(
+                    identity.owner_id
+                )
+                user = await deps.users.get(identity.owner_id)
+                window = window_size(
+                    user["active_messages_count"] if user else None, self.settings.max_context
+                )
+                rows = await deps.conversations.load_last_messages(conversation_id, window)
+                outcome = await run_compression(
+                    deps, self.compress_graph, identity.owner_id, conversation_id, rows, focus
+                )
+        except Exception:
+            logger.exception("/compress of %s failed", identity.owner_id)
+            failed = CompressResult(ok=False)
+            failed.reply = failed.text(identity.language_code)
+            return failed
+        result = CompressResult(
+            compressible=outcome.compressible,
+            compressions=outcome.compressions,
+            messages_replaced=outcome.replaced,
+            tokens_before=outcome.tokens_before,
+            tokens_saved=outcome.tokens_saved,
+        )
+        result.reply = result.text(identity.language_code)
+        logger.info(
+            "compress user=%s conv=%s squashes=%d messages=%d tokens=%d->%d ms=%.1f",
+            identity.owner_id,
+            conversation_id,
+            result.compressions,
+            result.messages_replaced,
+            result.tokens_before,
+            result.tokens_after,
+            (time.perf_counter() - started) * 1000,
+        )
+        return result
 
     async def clear_memory(self, identity: Identity) -> tuple[int, int]:
         """/memory clear: delete the owner's facts and compacts; return how many."""

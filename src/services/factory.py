@@ -14,7 +14,13 @@ from src.graph.deps import GraphDeps
 from src.graph.main_graph import build_graph
 from src.graph.tokens import make_counter
 from src.services.agent_service import AgentService
-from src.services.llm_service import make_chat_model, make_summary_model
+from src.services.compaction import Compactor
+from src.services.llm_service import (
+    make_chat_model,
+    make_compact_model,
+    make_summary_model,
+    model_configured,
+)
 from src.storage.conversation_repo import ConversationRepository
 from src.storage.memory_repo import MemoryRepository
 from src.storage.migrations import migrate
@@ -74,7 +80,11 @@ async def build_runtime(
         await checkpointer.setup()
         deps = make_deps(settings, pool, chat_model, summary_model)
         graph = build_graph(deps, checkpointer=checkpointer)
-        service = AgentService(deps, graph, checkpointer=checkpointer)
+        compact_model = (
+            make_compact_model(settings) if model_configured(settings) else deps.summary_model
+        )
+        compactor = Compactor(deps, compact_model)
+        service = AgentService(deps, graph, checkpointer=checkpointer, compactor=compactor)
     except BaseException:
         if owns_pool:
             await pool.close()

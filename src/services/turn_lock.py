@@ -15,9 +15,13 @@ from psycopg_pool import AsyncConnectionPool
 
 logger = logging.getLogger(__name__)
 
+# Leases commit without waiting for their WAL flush (synchronous_commit off for this
+# statement's transaction only): the turn's next write, the user's message, is a normal
+# commit and flushes the lease with it, so a turn waits for one flush instead of two.
 ACQUIRE = """
 INSERT INTO turn_leases (owner_id, holder, expires_at)
-VALUES (%s, %s, now() + make_interval(secs => %s))
+SELECT %s, %s, now() + make_interval(secs => %s)
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
 ON CONFLICT (owner_id) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
 WHERE turn_leases.expires_at < now() OR turn_leases.holder = EXCLUDED.holder
 RETURNING holder
@@ -26,7 +30,10 @@ RENEW = """
 UPDATE turn_leases SET expires_at = now() + make_interval(secs => %s)
 WHERE owner_id = %s AND holder = %s
 """
-RELEASE = "DELETE FROM turn_leases WHERE owner_id = %s AND holder = %s"
+RELEASE = """
+DELETE FROM turn_leases USING (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
+WHERE owner_id = %s AND holder = %s
+"""
 
 
 class TurnLocks:

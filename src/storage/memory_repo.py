@@ -1,40 +1,68 @@
-"""Long-term memory of a user: typed facts, session compacts, and search over history."""
+"""Long-term memory of a user: typed facts, session compacts, and search over history.
+
+Every query names the owner (`telegram_user_id`) in SQL, so no caller can reach another
+user's memory.
+"""
 
 from __future__ import annotations
 
+import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 from src.storage.base import Conn, Repository, clean_text
 
 FACT_TYPES = ("fact", "preference", "hypothesis", "constraint")
 
+# One statement: the old value is read before the upsert (same snapshot), and a change
+# is logged only when the value differs.
 UPSERT_FACT = """
-INSERT INTO facts (telegram_user_id, key, value, type, importance, source_conversation_id)
-VALUES (%s, %s, %s, %s, %s, %s)
-ON CONFLICT (telegram_user_id, key) DO UPDATE SET
-    previous_value = CASE WHEN facts.value IS DISTINCT FROM EXCLUDED.value
-                          THEN facts.value ELSE facts.previous_value END,
-    value = EXCLUDED.value,
-    type = EXCLUDED.type,
-    importance = EXCLUDED.importance,
-    source_conversation_id = EXCLUDED.source_conversation_id,
-    updated_at = now()
-RETURNING *
+WITH old AS (
+    SELECT value FROM facts WHERE telegram_user_id = %(user)s AND key = %(key)s
+), up AS (
+    INSERT INTO facts (telegram_user_id, key, value, type, importance, source_conversation_id)
+    VALUES (%(user)s, %(key)s, %(value)s, %(type)s, %(importance)s, %(source)s)
+    ON CONFLICT (telegram_user_id, key) DO UPDATE SET
+        previous_value = CASE WHEN facts.value IS DISTINCT FROM EXCLUDED.value
+                              THEN facts.value ELSE facts.previous_value END,
+        value = EXCLUDED.value,
+        type = EXCLUDED.type,
+        importance = EXCLUDED.importance,
+        source_conversation_id = EXCLUDED.source_conversation_id,
+        updated_at = now()
+    RETURNING *
+), logged AS (
+    INSERT INTO fact_changes (telegram_user_id, key, old_value, new_value, source_conversation_id)
+    SELECT %(user)s, %(key)s, old.value, up.value, %(source)s FROM old, up
+    WHERE old.value IS DISTINCT FROM up.value
+)
+SELECT * FROM up
 """
 SELECT_FACTS = """
 SELECT * FROM facts WHERE telegram_user_id = %s
-ORDER BY importance DESC, updated_at DESC LIMIT %s
+ORDER BY importance DESC, updated_at DESC, id DESC LIMIT %s
+"""
+SELECT_FACT_KEYS = """
+SELECT key FROM facts WHERE telegram_user_id = %s
+ORDER BY importance DESC, updated_at DESC, id DESC LIMIT %s
+"""
+SELECT_FACT_CHANGES = """
+SELECT * FROM fact_changes WHERE telegram_user_id = %s
+ORDER BY changed_at DESC, id DESC LIMIT %s
 """
 DELETE_FACTS = "DELETE FROM facts WHERE telegram_user_id = %s"
+DELETE_FACT_CHANGES = "DELETE FROM fact_changes WHERE telegram_user_id = %s"
 
 INSERT_COMPACT = """
-INSERT INTO session_compacts (telegram_user_id, conversation_id, summary, topics, last_action)
-VALUES (%s, %s, %s, %s, %s)
+INSERT INTO session_compacts
+    (telegram_user_id, conversation_id, summary, topics, last_action, created_at)
+VALUES (%s, %s, %s, %s, %s, COALESCE(%s, now()))
 ON CONFLICT (conversation_id) DO UPDATE SET
     summary = EXCLUDED.summary, topics = EXCLUDED.topics,
-    last_action = EXCLUDED.last_action, created_at = now()
+    last_action = EXCLUDED.last_action, created_at = EXCLUDED.created_at
+WHERE session_compacts.telegram_user_id = EXCLUDED.telegram_user_id
 RETURNING *
 """
 # Keep only the newest `keep` compacts of the user.
@@ -45,21 +73,50 @@ DELETE FROM session_compacts WHERE telegram_user_id = %s AND id NOT IN (
 )
 """
 SELECT_COMPACTS = """
-SELECT * FROM session_compacts WHERE telegram_user_id = %s
-ORDER BY created_at DESC, id DESC LIMIT %s
+SELECT * FROM session_compacts
+WHERE telegram_user_id = %(user)s
+  AND (%(exclude)s::uuid IS NULL OR conversation_id IS DISTINCT FROM %(exclude)s::uuid)
+ORDER BY created_at DESC, id DESC LIMIT %(limit)s
 """
 DELETE_COMPACTS = "DELETE FROM session_compacts WHERE telegram_user_id = %s"
 
-# The owner is joined in SQL, so no caller can reach another user's messages.
-SEARCH_MESSAGES = """
-SELECT m.id, m.conversation_id, m.role, m.content, m.created_at, m.squashed_at IS NOT NULL
-       AS squashed
-FROM messages m JOIN conversations c ON c.id = m.conversation_id
-WHERE c.telegram_user_id = %s AND m.role IN ('user', 'assistant')
-  AND (to_tsvector('simple', m.content) @@ plainto_tsquery('simple', %s)
-       OR m.content ILIKE %s)
-ORDER BY m.created_at DESC, m.id DESC LIMIT %s
+# The `russian` configuration stems Russian and (ASCII) English words; the expression
+# matches messages_fts_idx (sql/0003_memory.sql). Any word matches, by prefix; the
+# messages matching more of them rank first.
+SEARCH_FULLTEXT = """
+SELECT m.id, m.conversation_id, m.role, m.content, m.created_at,
+       m.squashed_at IS NOT NULL AS squashed
+FROM messages m JOIN conversations c ON c.id = m.conversation_id,
+     to_tsquery('russian', %(query)s) q
+WHERE c.telegram_user_id = %(user)s AND m.role IN ('user', 'assistant')
+  AND m.id <> %(exclude)s AND to_tsvector('russian', m.content) @@ q
+ORDER BY ts_rank(to_tsvector('russian', m.content), q) DESC, m.created_at DESC, m.id DESC
+LIMIT %(limit)s
 """
+SEARCH_SUBSTRING = """
+SELECT m.id, m.conversation_id, m.role, m.content, m.created_at,
+       m.squashed_at IS NOT NULL AS squashed
+FROM messages m JOIN conversations c ON c.id = m.conversation_id
+WHERE c.telegram_user_id = %(user)s AND m.role IN ('user', 'assistant')
+  AND m.id <> %(exclude)s AND m.content ILIKE %(pattern)s
+ORDER BY m.created_at DESC, m.id DESC LIMIT %(limit)s
+"""
+
+# Silent since `before`, with messages the session compact does not cover yet.
+SELECT_IDLE_CONVERSATIONS = """
+SELECT id, telegram_user_id, last_message_at FROM conversations
+WHERE last_message_at < %s AND (ended_at IS NULL OR ended_at < last_message_at)
+ORDER BY last_message_at LIMIT %s
+"""
+MARK_SESSION_ENDED = "UPDATE conversations SET ended_at = %s WHERE id = %s"
+
+_WORD = re.compile(r"\w+")
+
+
+def fts_query(text: str, max_words: int = 12) -> str:
+    """Turn free text into a safe `to_tsquery` string: any word, each as a prefix."""
+    words = [w for w in _WORD.findall(text.replace("_", " ")) if len(w) >= 2][:max_words]
+    return " | ".join(f"{w[:50]}:*" for w in words)
 
 
 def _like_pattern(query: str) -> str:
@@ -69,6 +126,8 @@ def _like_pattern(query: str) -> str:
 
 class MemoryRepository(Repository):
     """Facts, compacts and history search, always scoped to one owner id."""
+
+    # --- facts -----------------------------------------------------------------------
 
     async def upsert_fact(
         self,
@@ -80,35 +139,75 @@ class MemoryRepository(Repository):
         source_conversation_id: uuid.UUID | None = None,
         conn: Conn | None = None,
     ) -> dict[str, Any]:
-        """Store a fact; a newer value for the same key replaces the old one."""
+        """Store a fact; a newer value for the same key replaces the old one (logged)."""
         if type_ not in FACT_TYPES:
             raise ValueError(f"fact type must be one of {FACT_TYPES}, not {type_!r}")
-        importance = max(1, min(10, int(importance)))
-        params = (
-            telegram_user_id,
-            clean_text(key.strip())[:200],
-            clean_text(value.strip())[:2000],
-            type_,
-            importance,
-            source_conversation_id,
-        )
+        params = {
+            "user": telegram_user_id,
+            "key": clean_text(key.strip())[:200],
+            "value": clean_text(value.strip())[:2000],
+            "type": type_,
+            "importance": max(1, min(10, int(importance))),
+            "source": source_conversation_id,
+        }
         async with self._conn(conn) as c:
             row = await (await c.execute(UPSERT_FACT, params)).fetchone()
             assert row is not None
             return row
 
+    async def upsert_facts(
+        self,
+        telegram_user_id: int,
+        facts: Iterable[dict[str, Any]],
+        source_conversation_id: uuid.UUID | None = None,
+    ) -> int:
+        """Store extracted facts (key, value, type, importance) in one transaction."""
+        stored = 0
+        async with self.pool.connection() as c, c.transaction():
+            for fact in facts:
+                await self.upsert_fact(
+                    telegram_user_id,
+                    fact["key"],
+                    fact["value"],
+                    fact["type"],
+                    fact["importance"],
+                    source_conversation_id,
+                    conn=c,
+                )
+                stored += 1
+        return stored
+
     async def list_facts(
         self, telegram_user_id: int, limit: int = 100, conn: Conn | None = None
     ) -> list[dict[str, Any]]:
-        """Return the user's facts, most important first."""
+        """Return the user's facts, most important first (then the newest)."""
         async with self._conn(conn) as c:
             cur = await c.execute(SELECT_FACTS, (telegram_user_id, limit))
             return list(await cur.fetchall())
 
-    async def delete_facts(self, telegram_user_id: int, conn: Conn | None = None) -> int:
-        """Delete all the user's facts."""
+    async def fact_keys(
+        self, telegram_user_id: int, limit: int = 100, conn: Conn | None = None
+    ) -> list[str]:
+        """Return the keys of the user's most important facts."""
         async with self._conn(conn) as c:
+            cur = await c.execute(SELECT_FACT_KEYS, (telegram_user_id, limit))
+            return [row["key"] for row in await cur.fetchall()]
+
+    async def fact_changes(
+        self, telegram_user_id: int, limit: int = 50, conn: Conn | None = None
+    ) -> list[dict[str, Any]]:
+        """Return the latest changes of the user's facts, newest first."""
+        async with self._conn(conn) as c:
+            cur = await c.execute(SELECT_FACT_CHANGES, (telegram_user_id, limit))
+            return list(await cur.fetchall())
+
+    async def delete_facts(self, telegram_user_id: int, conn: Conn | None = None) -> int:
+        """Delete all the user's facts and their change log; return how many facts."""
+        async with self._conn(conn) as c, c.transaction():
+            await c.execute(DELETE_FACT_CHANGES, (telegram_user_id,))
             return (await c.execute(DELETE_FACTS, (telegram_user_id,))).rowcount
+
+    # --- session compacts (seed 001) ---------------------------------------------------
 
     async def add_compact(
         self,
@@ -119,27 +218,34 @@ class MemoryRepository(Repository):
         last_action: str,
         keep: int = 5,
         conn: Conn | None = None,
-    ) -> dict[str, Any]:
-        """Store a session compact and keep only the newest `keep` of the user."""
+        created_at: datetime | None = None,
+    ) -> dict[str, Any] | None:
+        """Store (or refresh) a conversation's compact; keep the user's newest `keep`."""
         params = (
             telegram_user_id,
             conversation_id,
             clean_text(summary),
             [clean_text(t)[:100] for t in topics][:20],
             clean_text(last_action)[:500],
+            created_at,
         )
         async with self._conn(conn) as c, c.transaction():
             row = await (await c.execute(INSERT_COMPACT, params)).fetchone()
             await c.execute(PRUNE_COMPACTS, (telegram_user_id, telegram_user_id, keep))
-            assert row is not None
             return row
 
     async def list_compacts(
-        self, telegram_user_id: int, limit: int = 5, conn: Conn | None = None
+        self,
+        telegram_user_id: int,
+        limit: int = 5,
+        conn: Conn | None = None,
+        exclude_conversation: uuid.UUID | str | None = None,
     ) -> list[dict[str, Any]]:
-        """Return the user's newest compacts, newest first."""
+        """Return the user's newest compacts, newest first, maybe without one conversation's."""
+        exclude = uuid.UUID(str(exclude_conversation)) if exclude_conversation else None
         async with self._conn(conn) as c:
-            cur = await c.execute(SELECT_COMPACTS, (telegram_user_id, limit))
+            params = {"user": telegram_user_id, "exclude": exclude, "limit": limit}
+            cur = await c.execute(SELECT_COMPACTS, params)
             return list(await cur.fetchall())
 
     async def delete_compacts(self, telegram_user_id: int, conn: Conn | None = None) -> int:
@@ -147,16 +253,51 @@ class MemoryRepository(Repository):
         async with self._conn(conn) as c:
             return (await c.execute(DELETE_COMPACTS, (telegram_user_id,))).rowcount
 
-    async def search_messages(
-        self, telegram_user_id: int, query: str, limit: int = 10, conn: Conn | None = None
+    async def idle_conversations(
+        self, silent_since: datetime, limit: int = 100, conn: Conn | None = None
     ) -> list[dict[str, Any]]:
-        """Return the user's messages matching `query`, newest first, squashed included."""
-        query = clean_text(query).strip()
+        """Return conversations silent since `silent_since` whose session is not compacted."""
+        async with self._conn(conn) as c:
+            cur = await c.execute(SELECT_IDLE_CONVERSATIONS, (silent_since, limit))
+            return list(await cur.fetchall())
+
+    async def mark_session_ended(
+        self, conversation_id: uuid.UUID, at: datetime, conn: Conn | None = None
+    ) -> None:
+        """Record that the session compact covers the conversation up to `at`."""
+        async with self._conn(conn) as c:
+            await c.execute(MARK_SESSION_ENDED, (at, conversation_id))
+
+    # --- search over history -----------------------------------------------------------
+
+    async def search_messages(
+        self,
+        telegram_user_id: int,
+        query: str,
+        limit: int = 10,
+        conn: Conn | None = None,
+        exclude_id: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Return the user's messages matching `query`, best first, squashed included.
+
+        Full text (Russian and English stemming, any word, by prefix) first; when that
+        finds nothing, the phrase as a substring.
+        """
+        query = clean_text(query).strip()[:500]
         if not query:
             return []
-        limit = max(1, min(50, limit))
+        params = {
+            "user": telegram_user_id,
+            "exclude": exclude_id or 0,
+            "limit": max(1, min(50, limit)),
+        }
         async with self._conn(conn) as c:
-            cur = await c.execute(
-                SEARCH_MESSAGES, (telegram_user_id, query, _like_pattern(query), limit)
-            )
+            tsquery = fts_query(query)
+            if tsquery:
+                cur = await c.execute(SEARCH_FULLTEXT, {**params, "query": tsquery})
+                rows = list(await cur.fetchall())
+                if rows:
+                    return rows
+            pattern = _like_pattern(query)
+            cur = await c.execute(SEARCH_SUBSTRING, {**params, "pattern": pattern})
             return list(await cur.fetchall())

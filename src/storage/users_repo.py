@@ -7,9 +7,13 @@ from typing import Any
 
 from src.storage.base import Conn, Repository, clean_text
 
+# Runs at the start of every turn: committed without waiting for its WAL flush
+# (synchronous_commit off for this statement only), as the user's message, stored right
+# after as a normal commit, flushes it too. Names and last-seen time are all it writes.
 UPSERT_USER = """
 INSERT INTO users (telegram_user_id, username, first_name, language_code, last_seen_at)
-VALUES (%s, %s, %s, %s, now())
+SELECT %s, %s, %s, %s, now()
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
 ON CONFLICT (telegram_user_id) DO UPDATE SET
     username = COALESCE(EXCLUDED.username, users.username),
     first_name = COALESCE(EXCLUDED.first_name, users.first_name),

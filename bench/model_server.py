@@ -1,0 +1,192 @@
+"""The model server the turn bench talks to: tests' FakeOpenAI in its own process.
+
+It answers instantly with a fixed, realistic-length reply and records, per request, the
+model name, the server's own handling time and the messages it was sent; the bench
+collects and clears that record with `GET /bench/take`. A separate process keeps the
+server off the bench's event loop and GIL, as a real remote model would be.
+
+    python -m bench.model_server [--port 0]    # prints `READY <base_url>`
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Self
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# About 400 characters, as a chat assistant's typical answer.
+REPLY = (
+    "Хороший вопрос. Если коротко: начните с малого и двигайтесь по шагам. Сначала "
+    "запишите, что именно хотите получить к концу недели, затем разбейте это на три-четыре "
+    "задачи, каждая не дольше часа. Утром берите самую неприятную, пока свежая голова. "
+    "Вечером отметьте, что сделано, и перенесите остальное без чувства вины. Через неделю "
+    "посмотрите, что сработало, а что нет, и поправьте план. Хотите, помогу составить его?"
+)
+
+# What the summary model answers: a running summary, or typed facts when asked for JSON.
+SUMMARY_MODEL = "bench-summary"
+SUMMARY = (
+    "Пользователь планирует неделю: работа, спортзал три раза, английский по вечерам. "
+    "Тренировки решили перенести на утро; во вторник поздняя встреча. Любит короткие ответы."
+)
+FACTS = json.dumps(
+    [
+        {"key": "workout_schedule", "value": "спортзал 3 раза в неделю, утром", "type": "fact"},
+        {"key": "answer_style", "value": "коротко, списками", "type": "preference"},
+    ],
+    ensure_ascii=False,
+)
+
+
+def bench_reply(body: dict[str, Any]) -> str:
+    """Answer the chat model with REPLY; the summary model with a summary or facts."""
+    if body.get("model") != SUMMARY_MODEL:
+        return REPLY
+    system = " ".join(
+        str(m.get("content")) for m in body.get("messages", []) if m.get("role") == "system"
+    )
+    return FACTS if "JSON" in system.upper() else SUMMARY
+
+
+def _import_fake() -> Any:
+    """Import tests' FakeOpenAI; `tests` is importable from the repository root only."""
+    try:
+        from tests.fakes import openai_server
+    except ModuleNotFoundError:
+        sys.path.insert(0, str(ROOT))
+        from tests.fakes import openai_server
+    return openai_server
+
+
+def make_server(host: str = "127.0.0.1", port: int = 0) -> Any:
+    """Return a FakeOpenAI that also serves `GET /bench/take`."""
+    fake = _import_fake()
+    from aiohttp import web
+
+    class BenchModelServer(fake.FakeOpenAI):  # type: ignore[misc, name-defined]
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            self.default_reply = bench_reply
+            self.log: list[dict[str, Any]] = []
+
+        def _build_app(self) -> web.Application:
+            app = super()._build_app()
+            app.router.add_get("/bench/take", self._take)
+            return app
+
+        async def _chat(self, request: web.Request) -> web.StreamResponse:
+            started = time.perf_counter()
+            try:
+                return await super()._chat(request)
+            finally:
+                seconds = time.perf_counter() - started
+                try:
+                    body = json.loads(await request.read())  # aiohttp caches the body
+                except ValueError:
+                    body = {}
+                entry = {
+                    "model": body.get("model"),
+                    "seconds": seconds,
+                    "messages": [fake.message_text(m) for m in body.get("messages", [])],
+                }
+                with self._lock:
+                    self.log.append(entry)
+                    # Nothing else reads them: keep the process's memory flat.
+                    self.requests.clear()
+                    self.timings.clear()
+
+        async def _take(self, request: web.Request) -> web.Response:
+            with self._lock:
+                log, self.log = self.log, []
+            return web.json_response(log)
+
+    return BenchModelServer(host, port)
+
+
+class ModelServerProcess:
+    """Run the bench model server in a child process; `take()` its request log."""
+
+    def __init__(self) -> None:
+        self.base_url = ""
+        self._proc: subprocess.Popen[str] | None = None
+        self._client: httpx.AsyncClient | None = None
+
+    def start(self) -> Self:
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        }
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.model_server"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline().strip()
+        if not line.startswith("READY "):
+            self.stop()
+            raise RuntimeError(f"the bench model server did not start: {line!r}")
+        self.base_url = line.split(" ", 1)[1]
+        return self
+
+    async def take(self) -> list[dict[str, Any]]:
+        """Return (and clear) what the server handled since the last call."""
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=30)
+        response = await self._client.get(self.base_url.removesuffix("/v1") + "/bench/take")
+        response.raise_for_status()
+        return list(response.json())
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def stop(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGTERM)
+            try:
+                self._proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._proc = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve until SIGTERM/SIGINT."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args(argv)
+    server = make_server(args.host, args.port)
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    with server:
+        print(f"READY {server.base_url}", flush=True)
+        while not done.wait(0.5):
+            pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,295 @@
+"""The measurements of the turn bench; each phase runs one subject in a fresh schema."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+
+from bench.harness import (
+    DbCounter,
+    checkpoint_bytes,
+    fresh_schema,
+    open_bench_pool,
+    settled_stats,
+    stats_delta,
+    summary,
+)
+from bench.model_server import ModelServerProcess
+from bench.subjects import Subject
+from src.config import Settings
+from src.graph.tokens import PER_MESSAGE_OVERHEAD, TokenCounter
+from src.services.agent_service import stamp
+
+USER_TEXTS = (
+    "Привет! Помоги составить план на неделю: работа, спортзал три раза и английский.",
+    "А если во вторник у меня допоздна встреча, что сдвинуть?",
+    "Напомни, что мы решили про утренние тренировки?",
+    "Can you suggest a quick dinner recipe with chicken and rice, under 30 minutes?",
+    "Хорошо. А сколько это примерно стоит, если покупать всё в обычном супермаркете?",
+    "Слушай, а как вежливо отказать коллеге, который просит помочь ему в пятницу вечером?",
+    "Что почитать про тайм-менеджмент, чтобы коротко и без воды?",
+    "Ok, and how do I say 'I will be late for the meeting' politely in a message to my boss?",
+)
+
+Opener = Callable[[Settings, AsyncConnectionPool[Any]], Awaitable[Subject]]
+
+
+@dataclass
+class Env:
+    """What every phase shares: the database server, the model server, settings."""
+
+    base_dsn: str
+    settings: Settings
+    server: ModelServerProcess
+    counter: TokenCounter
+    pool_min: int
+    pool_max: int
+
+
+@dataclass
+class Sample:
+    """One measured turn."""
+
+    ok: bool
+    reply: str
+    wall_ms: float
+    model_ms: float
+    overhead_ms: float
+    cpu_ms: float
+    background_ms: float
+    tokens_sent: int
+    requests: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def user_text(turn: int) -> str:
+    """Return the user's message of turn `turn` (numbered, so no two are equal)."""
+    return f"{USER_TEXTS[turn % len(USER_TEXTS)]} ({turn})"
+
+
+def tokens_of(texts: list[str], counter: TokenCounter) -> int:
+    """Count a request's messages the way our context builder does."""
+    return sum(counter.count(t) + PER_MESSAGE_OVERHEAD for t in texts)
+
+
+@asynccontextmanager
+async def opened(env: Env, opener: Opener, prefix: str) -> AsyncIterator[tuple[Subject, Any]]:
+    """Yield (subject, (pool, schema)) in a fresh schema; drop the schema afterwards."""
+    async with fresh_schema(env.base_dsn, prefix) as (dsn, schema):
+        pool = await open_bench_pool(dsn, env.pool_min, env.pool_max)
+        try:
+            subject = await opener(env.settings, pool)
+            try:
+                yield subject, (pool, schema, dsn)
+            finally:
+                await subject.close()
+        finally:
+            await pool.close()
+
+
+async def measured_turn(env: Env, subject: Subject, conv: int, text: str) -> Sample:
+    """Run one turn; subtract the model server's own time from the wall time."""
+    cpu = time.process_time()
+    started = time.perf_counter()
+    ok, reply = await subject.turn(conv, text)
+    replied = time.perf_counter()
+    cpu_ms = (time.process_time() - cpu) * 1000
+    await subject.settle()
+    settled = time.perf_counter()
+    log = await env.server.take()
+    chat = [e for e in log if e["model"] == env.settings.llm_model]
+    other = [e for e in log if e["model"] != env.settings.llm_model]
+    model_s = sum(e["seconds"] for e in chat)
+    wall_ms = (replied - started) * 1000
+    return Sample(
+        ok=ok,
+        reply=reply,
+        wall_ms=wall_ms,
+        model_ms=model_s * 1000,
+        overhead_ms=wall_ms - model_s * 1000,
+        cpu_ms=cpu_ms,
+        background_ms=((settled - replied) - sum(e["seconds"] for e in other)) * 1000,
+        tokens_sent=tokens_of(chat[0]["messages"], env.counter) if chat else 0,
+        requests=len(chat),
+    )
+
+
+def _ms(samples: list[Sample]) -> dict[str, float]:
+    return summary([s.overhead_ms for s in samples])
+
+
+async def long_conversation(
+    env: Env, opener: Opener, turns: int, marks: list[int], window: int = 10
+) -> dict[str, Any]:
+    """Figures 1, 5, 6: one conversation of `turns` turns, single stream."""
+    async with opened(env, opener, "bench_long") as (subject, (pool, _, _)):
+        samples: list[Sample] = []
+        history_tokens = 0
+        at: dict[str, dict[str, Any]] = {}
+        bytes_before: dict[int, dict[str, int]] = {}
+        starts = {max(1, m - window + 1): m for m in marks}
+        for k in range(1, turns + 1):
+            if k in starts:
+                bytes_before[starts[k]] = await checkpoint_bytes(pool)
+            text = user_text(k)
+            sample = await measured_turn(env, subject, 1, text)
+            samples.append(sample)
+            stamped = stamp(text, datetime.now(UTC), env.settings)
+            history_tokens += tokens_of([stamped, sample.reply], env.counter)
+            if k in marks:
+                after = await checkpoint_bytes(pool)
+                first = max(1, k - window + 1)
+                n = k - first + 1
+                before = bytes_before[k]
+                at[str(k)] = {
+                    "tokens_sent": sample.tokens_sent,
+                    "history_tokens": history_tokens,
+                    "overhead_ms": summary([s.overhead_ms for s in samples[first - 1 : k]]),
+                    "checkpoint_bytes_per_turn": round((after["rows"] - before["rows"]) / n),
+                    "checkpoint_disk_bytes_per_turn": round((after["disk"] - before["disk"]) / n),
+                    "checkpoint_bytes_total": after["rows"],
+                }
+        return {
+            "turns": turns,
+            "failed": sum(not s.ok for s in samples),
+            "overhead_ms": _ms(samples),
+            "cpu_ms": summary([s.cpu_ms for s in samples]),
+            "wall_ms": summary([s.wall_ms for s in samples]),
+            "model_ms": summary([s.model_ms for s in samples]),
+            "background_ms": summary([s.background_ms for s in samples]),
+            "at_turn": at,
+            "series": {
+                "overhead_ms": [round(s.overhead_ms, 3) for s in samples],
+                "tokens_sent": [s.tokens_sent for s in samples],
+            },
+        }
+
+
+async def db_accounting(env: Env, opener: Opener, warm: int, turns: int) -> dict[str, Any]:
+    """Figure 2: round trips and rows written per turn, once the window is full."""
+    async with fresh_schema(env.base_dsn, "bench_db") as (dsn, schema):
+        pool = await open_bench_pool(dsn, env.pool_min, env.pool_max)
+        subject = await opener(env.settings, pool)
+        for k in range(1, warm + 1):
+            await measured_turn(env, subject, 1, user_text(k))
+        await subject.close()
+        await pool.close()
+        before = await settled_stats(env.base_dsn, schema)
+        pool = await open_bench_pool(dsn, env.pool_min, env.pool_max)
+        subject = await opener(env.settings, pool)
+        counter = DbCounter()
+        with counter.installed():
+            for k in range(warm + 1, warm + turns + 1):
+                await measured_turn(env, subject, 1, user_text(k))
+        await subject.close()
+        stored = await subject.stored(1)
+        await pool.close()
+        after = await settled_stats(env.base_dsn, schema)
+        for_table = stats_delta(after, before)
+        rows = {
+            t: {k: round(v / turns, 2) for k, v in d.items()} for t, d in sorted(for_table.items())
+        }
+        total = sum(sum(d.values()) for d in for_table.values())
+        return {
+            "turns": turns,
+            "after_warm_up_turns": warm,
+            "stored_messages": stored,
+            "per_turn": {k: round(v / turns, 2) for k, v in sorted(counter.counts.items())},
+            "rows_written_per_turn": round(total / turns, 2),
+            "rows_by_table_per_turn": rows,
+        }
+
+
+async def throughput(
+    env: Env, opener: Opener, conversations: int, seconds: float, seeded: int
+) -> dict[str, Any]:
+    """Figure 3: `conversations` users at once, each sending messages one after another.
+
+    Time-boxed: every user starts a new turn until `seconds` have passed, so the phase
+    lasts about as long on a slow machine as on a fast one.
+    """
+    async with opened(env, opener, "bench_load") as (subject, _):
+        users = range(1000, 1000 + conversations)
+        for conv in users:
+            await subject.seed(conv, seeded)
+        before = {conv: await subject.stored(conv) for conv in users}
+        # Warm-up: one concurrent round grows the pool and fills caches; not timed.
+        warm = await asyncio.gather(*(subject.turn(conv, user_text(0)) for conv in users))
+        await subject.settle()
+        await env.server.take()
+        latencies: list[float] = []
+        done = {conv: 1 for conv in users}
+        failed = sum(not ok for ok, _ in warm)
+        started = time.perf_counter()
+        deadline = started + seconds
+
+        async def user(conv: int) -> None:
+            nonlocal failed
+            while time.perf_counter() < deadline:
+                begun = time.perf_counter()
+                ok, _ = await subject.turn(conv, user_text(done[conv]))
+                latencies.append((time.perf_counter() - begun) * 1000)
+                done[conv] += 1
+                failed += not ok
+
+        await asyncio.gather(*(user(conv) for conv in users))
+        replied = time.perf_counter()
+        await subject.settle()
+        settled = time.perf_counter()
+        log = await env.server.take()
+        lost = 0
+        for conv in users:
+            lost += max(0, 2 * done[conv] - (await subject.stored(conv) - before[conv]))
+        total = len(latencies)
+        return {
+            "conversations": conversations,
+            "seconds": seconds,
+            "seeded_messages_each": seeded,
+            "turns": total,
+            "failed_turns": failed,
+            "lost_messages": lost,
+            "expected_messages": 2 * sum(done.values()),
+            "turns_per_s": round(total / (settled - started), 1),
+            "replies_per_s": round(total / (replied - started), 1),
+            "latency_ms": summary(latencies),
+            "model_requests": len(log),
+        }
+
+
+async def growth(
+    env: Env, opener: Opener, sizes: list[int], turns: int
+) -> dict[str, dict[str, Any]]:
+    """Figure 4: overhead in conversations already holding `sizes` messages, interleaved."""
+    async with opened(env, opener, "bench_grow") as (subject, _):
+        seed_s: dict[int, float] = {}
+        for i, size in enumerate(sizes):
+            started = time.perf_counter()
+            await subject.seed(2000 + i, size)
+            seed_s[size] = time.perf_counter() - started
+        samples: dict[int, list[Sample]] = {size: [] for size in sizes}
+        for k in range(1, turns + 1):
+            for i, size in enumerate(sizes):
+                samples[size].append(await measured_turn(env, subject, 2000 + i, user_text(k)))
+        return {
+            str(size): {
+                "overhead_ms": _ms(samples[size][1:]),  # the first turn warms caches
+                "failed": sum(not s.ok for s in samples[size]),
+                "seed_s": round(seed_s[size], 2),
+            }
+            for size in sizes
+        }
+
+
+async def timed(label: str, work: Awaitable[Any], log: Callable[[str], None]) -> Any:
+    """Await `work`, logging how long it took."""
+    started = time.perf_counter()
+    result = await work
+    log(f"  {label}: {time.perf_counter() - started:.1f} s")
+    return result

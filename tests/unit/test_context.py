@@ -1,0 +1,316 @@
+"""The context builder (seed 002): layers and budgets, facts, summary, selection, /forget."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+
+from src.config import Settings
+from src.graph import prompts
+from src.graph.context import Layers, build_context, system_sections, truncate_text
+from src.graph.facts import facts_section, needs_objectivity
+from src.graph.tokens import ApproxCounter, count_messages
+
+COUNTER = ApproxCounter()
+CONV = "11111111-1111-1111-1111-111111111111"
+
+
+def settings(**overrides: Any) -> Settings:
+    return Settings(_env_file=None, **overrides)  # type: ignore[call-arg]
+
+
+def row(i: int, role: str, content: str, **meta: Any) -> dict[str, Any]:
+    return {"id": i, "number": i, "role": role, "content": content, "meta": meta or None}
+
+
+def state(**values: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "user_id": 1,
+        "conversation_id": CONV,
+        "input_text": "[Текущее время: 2025-01-01 10:00] что дальше?",
+        "input_message_id": 1000,
+        "input_number": 1000,
+        "history": [],
+        "summary": "",
+        "facts": [],
+        "compacts": [],
+    }
+    return base | values
+
+
+def fact(key: str, value: str, kind: str = "fact", importance: int = 5) -> dict[str, Any]:
+    return {"key": key, "value": value, "type": kind, "importance": importance}
+
+
+# --- budgets ---------------------------------------------------------------------------
+
+
+def test_layers_split_the_input_budget() -> None:
+    s = settings(model_context_limits={"big": 128_000}, llm_max_output_tokens=4096)
+    layers = Layers.for_model(s, "big")
+    assert layers.total == 128_000 - 4096
+    assert (layers.system, layers.facts, layers.summary, layers.working) == (
+        12390,
+        12390,
+        24780,
+        74342,
+    )
+    assert Layers.for_model(s, "unknown").total == 16_000 - 4096
+
+
+def test_truncate_text_cuts_after_a_sentence() -> None:
+    text = "Первое предложение. Второе предложение подлиннее! Третье? Четвёртое."
+    cut = truncate_text(text, 17, COUNTER)
+    assert cut == "Первое предложение. Второе предложение подлиннее!"
+    assert COUNTER.count(cut) <= 17
+    assert truncate_text(text, 16, COUNTER) == "Первое предложение."
+    assert truncate_text(text, 1000, COUNTER) == text
+    assert truncate_text(text, 0, COUNTER) == ""
+
+
+def test_truncate_text_keeps_whole_lines_of_keyvalue_summaries() -> None:
+    text = "decision:db: PostgreSQL\nconstraint:budget: 100$\naction:deploy: done\nopen: tests"
+    cut = truncate_text(text, 17, COUNTER)
+    assert cut == "decision:db: PostgreSQL\nconstraint:budget: 100$"
+
+
+def test_truncate_text_cuts_one_long_sentence_between_words() -> None:
+    text = "слово " * 200
+    cut = truncate_text(text, 20, COUNTER)
+    assert cut.endswith(" …") and COUNTER.count(cut) <= 20 and "слово слово" in cut
+
+
+# --- facts ----------------------------------------------------------------------------
+
+
+def test_facts_ordered_by_importance_and_labelled() -> None:
+    facts = [
+        fact("tea", "любит зелёный чай", "preference", 4),
+        fact("name", "Алексей", "fact", 9),
+        fact("budget", "не больше 300 тысяч", "constraint", 8),
+        fact("db", "возможно, тормозит база", "hypothesis", 6),
+    ]
+    text = facts_section(facts, 500, COUNTER, objective=False, limit=30)
+    lines = text.splitlines()
+    assert lines[0] == prompts.FACTS_HEADER and lines[1] == prompts.FACTS_SOFT_NOTE
+    assert lines[2:] == [
+        "- name: Алексей",
+        "- [constraint] budget: не больше 300 тысяч",
+        "- [hypothesis] db: возможно, тормозит база",
+        "- [preference] tea: любит зелёный чай",
+    ]
+
+
+def test_objective_facts_leave_preferences_and_hypotheses_out() -> None:
+    facts = [fact("tea", "чай", "preference", 10), fact("name", "Алексей", "fact", 1)]
+    text = facts_section(facts, 500, COUNTER, objective=True, limit=30)
+    assert "tea" not in text and "- name: Алексей" in text
+    assert prompts.FACTS_OBJECTIVE_NOTE in text
+
+
+def test_facts_within_budget_and_limit() -> None:
+    facts = [fact(f"k{i}", "значение " * 5, importance=10 - i % 10) for i in range(100)]
+    text = facts_section(facts, 120, COUNTER, objective=False, limit=30)
+    assert COUNTER.count(text) <= 120
+    assert "- k0:" in text  # the most important first
+    assert facts_section(facts, 1000, COUNTER, objective=False, limit=3).count("\n- ") == 3
+    assert facts_section(facts, 5, COUNTER, objective=False, limit=30) == ""
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Проанализируй, почему упал сервис ночью",
+        "Сравни PostgreSQL и MySQL для нашего проекта",
+        "Оцени объективно мой бизнес-план",
+        "What's the root cause of this incident?",
+        "Please analyze the logs and verify the evidence",
+        "Найди первопричину ошибки",
+    ],
+)
+def test_auto_detects_requests_that_need_objectivity(text: str) -> None:
+    assert needs_objectivity(text, "auto")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Посоветуй, что приготовить на ужин",
+        "Привет! Как дела?",
+        "Recommend me a book for the weekend",
+        "Напомни, о чём мы говорили вчера",
+    ],
+)
+def test_auto_keeps_personalization_for_other_requests(text: str) -> None:
+    assert not needs_objectivity(text, "auto")
+
+
+def test_objective_mode_always_and_never() -> None:
+    assert needs_objectivity("Привет", "always")
+    assert not needs_objectivity("Проанализируй инцидент", "never")
+
+
+def test_the_time_stamp_is_not_the_request() -> None:
+    assert not needs_objectivity("[Проверено: 2025-01-01 10:00] Привет", "auto")
+    assert needs_objectivity("[Текущее время: 2025-01-01 10:00] Сравни два варианта", "auto")
+
+
+@pytest.mark.parametrize(
+    ("mode", "text", "soft_shown"),
+    [
+        ("auto", "Посоветуй чай к ужину", True),
+        ("auto", "Проанализируй, почему тормозит сервис", False),
+        ("always", "Посоветуй чай к ужину", False),
+        ("never", "Проанализируй, почему тормозит сервис", True),
+    ],
+)
+def test_objectivity_switch_in_the_system_prompt(mode: str, text: str, soft_shown: bool) -> None:
+    facts = [
+        fact("tea", "любит улун", "preference", 7),
+        fact("slow_db", "считает, что виновата база", "hypothesis", 7),
+        fact("name", "Алексей", "fact", 9),
+    ]
+    messages, _, _ = build_context(
+        state(facts=facts, input_text=text), settings(facts_objective_mode=mode), COUNTER
+    )
+    system = messages[0].text
+    assert "- name: Алексей" in system
+    assert ("[preference] tea: любит улун" in system) is soft_shown
+    assert ("[hypothesis] slow_db" in system) is soft_shown
+
+
+# --- previous conversations and summary -----------------------------------------------
+
+
+def compact(i: int, conversation_id: str | None = None) -> dict[str, Any]:
+    return {
+        "conversation_id": conversation_id or f"00000000-0000-0000-0000-00000000000{i}",
+        "created_at": f"2024-12-2{i}T12:30:00+00:00",
+        "summary": f"Разговор номер {i} про переезд.",
+        "topics": ["переезд", f"тема{i}"],
+        "last_action": f"действие {i}",
+    }
+
+
+def test_previous_conversations_in_the_system_prompt_oldest_first() -> None:
+    compacts = [compact(3), compact(2), compact(1)]  # newest first, as loaded
+    sections = system_sections(
+        state(compacts=compacts), Layers.for_model(settings(), "x"), COUNTER, settings()
+    )
+    text = sections["previous"]
+    assert text.startswith(prompts.PREVIOUS_CONVERSATIONS_HEADER)
+    assert text.index("номер 1") < text.index("номер 2") < text.index("номер 3")
+    assert "2024-12-21 15:30" in text  # shown in TIMEZONE (Moscow)
+    assert "Topics: переезд, тема1." in text and "Last action: действие 1." in text
+
+
+def test_compacts_in_prompt_limit_and_own_conversation_left_out() -> None:
+    compacts = [compact(4, CONV), compact(3), compact(2), compact(1)]
+    s = settings(compacts_in_prompt=2)
+    system = build_context(state(compacts=compacts), s, COUNTER)[0][0].text
+    assert "номер 4" not in system  # the conversation in progress: already in context
+    assert "номер 3" in system and "номер 2" in system and "номер 1" not in system
+    s0 = settings(compacts_in_prompt=0)
+    assert (
+        prompts.PREVIOUS_CONVERSATIONS_HEADER
+        not in build_context(state(compacts=compacts), s0, COUNTER)[0][0].text
+    )
+
+
+def test_summary_cut_to_its_layer_on_a_sentence() -> None:
+    summary = " ".join(f"Пункт {i}: пользователь решил задачу {i}." for i in range(2000))
+    s = settings(default_context_limit=4000, llm_max_output_tokens=1000)
+    layers = Layers.for_model(s, s.llm_model)
+    text = system_sections(state(summary=summary), layers, COUNTER, s)["summary"]
+    assert text.startswith(prompts.SUMMARY_HEADER)
+    assert COUNTER.count(text) <= layers.summary
+    assert text.endswith(".")
+
+
+def test_after_forget_only_the_system_prompt_and_the_message() -> None:
+    # /forget: seed 000's window is empty and the summary was reset.
+    messages, snapshot, tokens = build_context(state(), settings(), COUNTER)
+    assert [type(m) for m in messages] == [SystemMessage, HumanMessage]
+    assert messages[0].text == prompts.SYSTEM_PROMPT
+    assert messages[1].text == "[1] User: [Текущее время: 2025-01-01 10:00] что дальше?"
+    assert snapshot == [{"id": 1000, "number": 1000, "role": "user"}]
+    assert tokens == count_messages(messages, COUNTER)
+
+
+# --- working memory -------------------------------------------------------------------
+
+
+def long_history(n: int, size: int = 40) -> list[dict[str, Any]]:
+    return [
+        row(i, "user" if i % 2 else "assistant", f"сообщение {i} " + "текст " * size)
+        for i in range(1, n + 1)
+    ]
+
+
+def test_recent_keeps_the_newest_that_fit_in_order() -> None:
+    s = settings(default_context_limit=1500, llm_max_output_tokens=200)
+    messages, snapshot, tokens = build_context(state(history=long_history(30)), s, COUNTER)
+    ids = [r["id"] for r in snapshot[:-1]]
+    assert ids == list(range(ids[0], 31)) and ids[0] > 1
+    layers = Layers.for_model(s, s.llm_model)
+    assert count_messages(messages[1:-1], COUNTER) <= layers.working
+    assert tokens <= layers.total
+
+
+def test_scored_keeps_errors_and_decisions_over_plain_chatter() -> None:
+    history = long_history(30, size=20)
+    history[4]["content"] = "Ошибка: сервис упал с exception " + "текст " * 20
+    history[8]["content"] = "Итак, решили: выбрали PostgreSQL " + "текст " * 20
+    s = settings(default_context_limit=1400, llm_max_output_tokens=200)
+    recent = build_context(state(history=history), s, COUNTER)[1]
+    scored_settings = settings(
+        default_context_limit=1400, llm_max_output_tokens=200, context_selection="scored"
+    )
+    scored = build_context(state(history=history), scored_settings, COUNTER)[1]
+    recent_ids = [r["id"] for r in recent[:-1]]
+    scored_ids = [r["id"] for r in scored[:-1]]
+    assert 5 not in recent_ids and 9 not in recent_ids
+    assert 5 in scored_ids and 9 in scored_ids
+    assert scored_ids == sorted(scored_ids) and scored_ids[-2:] == [29, 30]
+
+
+def test_tool_call_and_results_stay_together() -> None:
+    calls = [{"id": "c1", "name": "search_history", "args": {"query": "x"}}]
+    history = [
+        *long_history(6),
+        row(7, "assistant", "", tool_calls=calls),
+        row(8, "tool", "found: " + "много текста " * 30, tool_call_id="c1", name="search_history"),
+        row(9, "system", "Tools used: search_history"),
+        row(10, "assistant", "Нашёл."),
+    ]
+    for limit in range(512, 1600, 25):
+        s = settings(default_context_limit=limit, llm_max_output_tokens=16)
+        messages = build_context(state(history=history), s, COUNTER)[0]
+        kinds = [type(m) for m in messages]
+        if ToolMessage in kinds:
+            i = kinds.index(ToolMessage)
+            assert isinstance(messages[i - 1], AIMessage) and messages[i - 1].tool_calls
+        assert not any(isinstance(m, AIMessage) and m.tool_calls for m in messages[-3:-2])
+
+
+def test_orphan_tool_result_becomes_a_note() -> None:
+    history = [row(1, "tool", "result without its call", tool_call_id="gone")]
+    messages = build_context(state(history=history), settings(), COUNTER)[0]
+    assert not any(isinstance(m, ToolMessage) for m in messages)
+    assert "result without its call" in messages[1].text
+
+
+def test_tiny_budget_keeps_system_prompt_and_message() -> None:
+    s = settings(default_context_limit=512, llm_max_output_tokens=500)
+    big = state(
+        history=long_history(30),
+        summary="Длинное саммари. " * 500,
+        facts=[fact("name", "Алексей " * 50)],
+        input_text="вопрос " * 400,
+    )
+    messages, snapshot, _ = build_context(big, s, COUNTER)
+    assert messages[0].text == prompts.SYSTEM_PROMPT
+    assert len(messages) == 2 and messages[1].text.rstrip().endswith("вопрос")
+    assert len(snapshot) == 1
