@@ -60,8 +60,10 @@ def build_graph(deps: GraphDeps, checkpointer: BaseCheckpointSaver[Any] | None =
     builder.add_edge("log_tools", "save_response")
 
     def route_after_save(state: ConversationState) -> Literal["summarize", "__end__"]:
-        # Nothing can have left the window while the window itself is not full.
-        if len(state.get("history") or []) >= deps.settings.max_context:
+        # Overflow exists once the window is full, or when the token budget left stored
+        # messages out of the context (the thread holds fewer than history + current).
+        history = len(state.get("history") or [])
+        if history >= deps.settings.max_context or len(state.get("thread") or []) <= history:
             return "summarize"
         return "__end__"
 

@@ -77,10 +77,19 @@ async def find_overflow(
     window = [r for r in window if r["id"] > upto]
     limits = summary_limits(settings, reserve)
     kept = select_recent(group_units(window), limits.working, lambda r: row_tokens(r, deps.counter))
-    boundary = kept[0][0]["id"] if kept else (window[-1]["id"] + 1 if window else 0)
     cap = overflow_batch_cap(settings.summary_trigger)
     rows = await deps.conversations.unsummarized(conversation_id, upto, cap)
-    return conv, [r for r in rows if r["id"] < boundary]
+    if kept:
+        # Compare thread positions, not ids: a compression's summary row has a new id
+        # but stands where the range it replaced stood (seed 003).
+        first = kept[0][0]
+        boundary = (first["created_at"], first["id"])
+        return conv, [r for r in rows if (r["created_at"], r["id"]) < boundary]
+    if not window:
+        return conv, []
+    # Nothing of the window fits its budget: all of it, and what precedes it, overflows.
+    last = (window[-1]["created_at"], window[-1]["id"])
+    return conv, [r for r in rows if (r["created_at"], r["id"]) <= last]
 
 
 def format_row(row: dict[str, Any], cap: int, counter: TokenCounter) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,13 +29,26 @@ from src.storage.pg_client import open_pool_from_settings
 from src.storage.users_repo import UsersRepository
 
 
+class PooledPostgresSaver(AsyncPostgresSaver):
+    """AsyncPostgresSaver without its process-wide lock.
+
+    The saver serializes every checkpoint read and write behind one asyncio lock, which
+    only a single shared connection needs; over a pool each call takes a connection of
+    its own, so concurrent conversations need not queue behind each other.
+    """
+
+    def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
+        super().__init__(pool)
+        self.lock = contextlib.nullcontext()  # type: ignore[assignment]
+
+
 @dataclass
 class Runtime:
     """Everything a running tgagent holds: close it once at shutdown."""
 
     settings: Settings
     pool: AsyncConnectionPool[Any]
-    checkpointer: AsyncPostgresSaver
+    checkpointer: PooledPostgresSaver
     deps: GraphDeps
     service: AgentService
     owns_pool: bool = True
@@ -76,7 +90,7 @@ async def build_runtime(
         pool = await open_pool_from_settings(settings)
     try:
         await migrate(pool)
-        checkpointer = AsyncPostgresSaver(pool)
+        checkpointer = PooledPostgresSaver(pool)
         await checkpointer.setup()
         deps = make_deps(settings, pool, chat_model, summary_model)
         graph = build_graph(deps, checkpointer=checkpointer)

@@ -64,6 +64,15 @@ async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
     await conn.execute("SET TIME ZONE 'UTC'")
 
 
+async def check_connection(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Verify a pooled connection still works before lending it out.
+
+    The pool's own check runs `execute("")`, which with `prepare_threshold=0` prepares
+    a new server-side statement on every checkout: two round trips and a slow leak.
+    """
+    await conn.execute("", prepare=False)
+
+
 def make_pool(dsn: str, min_size: int = 1, max_size: int = 10) -> AsyncConnectionPool[Any]:
     """Create a closed pool shaped for both our repositories and LangGraph's saver."""
     return AsyncConnectionPool(
@@ -71,7 +80,7 @@ def make_pool(dsn: str, min_size: int = 1, max_size: int = 10) -> AsyncConnectio
         min_size=min_size,
         max_size=max_size,
         open=False,
-        check=AsyncConnectionPool.check_connection,
+        check=check_connection,
         configure=_configure,
         kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
         name="tgagent",

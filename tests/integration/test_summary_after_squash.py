@@ -1,0 +1,24 @@
+"""The summarizer and a compression together: a squash summary row has a new id but an
+early position, and must not make in-window messages look like overflow."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from src.graph.summarizer import find_overflow
+from src.storage.squash_repo import SquashRepository
+
+
+async def test_overflow_excludes_messages_after_an_early_summary_row(
+    runtime_factory: Any,
+) -> None:
+    rt = await runtime_factory(max_context=5, summary_trigger=2)
+    repo = rt.deps.conversations
+    conv = await repo.get_or_create_conversation(8080)
+    rows = [await repo.append_message(conv, "user", f"m{i}") for i in range(10)]
+    # Squash m4..m5: the summary row gets the largest id but stands at m4's place.
+    await SquashRepository(rt.pool).squash(conv, [rows[4]["id"], rows[5]["id"]], "S45", "model")
+    window = await repo.load_last_messages(conv, 5)
+    assert [r["content"] for r in window] == ["S45", "m6", "m7", "m8", "m9"]
+    _, overflow = await find_overflow(rt.deps, conv)
+    assert [r["content"] for r in overflow] == ["m0", "m1", "m2", "m3"]
