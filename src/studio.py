@@ -17,7 +17,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 
 from src.config import load_settings
-from src.graph.conversation_state import ConversationState
+from src.graph.conversation_state import ConversationState, turn_input
 from src.graph.deps import GraphDeps
 from src.graph.main_graph import build_graph
 from src.services.agent_service import stamp
@@ -55,18 +55,7 @@ def build_chat_graph(deps: GraphDeps) -> Any:
         row = await deps.conversations.append_message(
             conversation_id, "user", stamp(state.get("text") or "", deps.clock(), deps.settings)
         )
-        return {
-            "user_id": user_id,
-            "conversation_id": str(conversation_id),
-            "input_text": row["content"],
-            "input_message_id": row["id"],
-            "input_number": row["number"],
-            "tools_used": [],
-            "reply": "",
-            "stored_count": 1,
-            "usage": {"input": 0, "output": 0},
-            "summarized": 0,
-        }
+        return turn_input(user_id, str(conversation_id), row)
 
     builder = StateGraph(StudioState, input_schema=StudioInput)
     builder.add_node("store_input", store_input)

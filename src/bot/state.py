@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,39 +9,19 @@ from src.bot.access import AccessPolicy, RateLimiter
 from src.config import Settings
 from src.services.agent_service import AgentService
 from src.services.factory import Runtime
+from src.services.keyed_lock import KeyedLock
 from src.services.reminders import ReminderService
 
 BOT_DATA_KEY = "tgagent"
 
 
-class ChatOrder:
+class ChatOrder(KeyedLock):
     """Handle one chat's messages in the order they arrived, other chats concurrently.
 
     Updates run concurrently; a message's handler takes its chat's lock before its first
     await, so locks are granted in arrival order and a quick second message cannot
     overtake the first one's turn or its reply.
     """
-
-    def __init__(self) -> None:
-        self._locks: dict[int, asyncio.Lock] = {}
-        self._holders: dict[int, int] = {}
-
-    @contextlib.asynccontextmanager
-    async def hold(self, chat_id: int) -> AsyncIterator[None]:
-        """Hold the chat's turn for the duration of the block."""
-        lock = self._locks.setdefault(chat_id, asyncio.Lock())
-        self._holders[chat_id] = self._holders.get(chat_id, 0) + 1
-        try:
-            async with lock:
-                yield
-        finally:
-            self._holders[chat_id] -= 1
-            if not self._holders[chat_id]:  # forget idle chats
-                del self._holders[chat_id], self._locks[chat_id]
-
-    def __len__(self) -> int:
-        """Return how many chats have a turn running or waiting."""
-        return len(self._locks)
 
 
 @dataclass

@@ -51,3 +51,25 @@ class ConversationState(TypedDict, total=False):
     """Tokens the model reported for this turn: input, output."""
     summarized: int
     """Messages the summarizer folded into the running summary this turn."""
+
+
+def turn_input(
+    user_id: int, conversation_id: str, stored: dict[str, Any], language: str | None = None
+) -> dict[str, Any]:
+    """Return a turn's input state for the stored user message `stored`.
+
+    Every per-turn field is reset here: the thread keeps the previous turn's values.
+    """
+    return {
+        "user_id": user_id,
+        "conversation_id": conversation_id,
+        "language": language,
+        "input_text": stored["content"],
+        "input_message_id": stored["id"],
+        "input_number": stored["number"],
+        "tools_used": [],
+        "reply": "",
+        "stored_count": 1,
+        "usage": {"input": 0, "output": 0},
+        "summarized": 0,
+    }

@@ -23,24 +23,6 @@ FACTS_OBJECTIVE_NOTE = (
 )
 
 SUMMARIZER_SYSTEM = "You update a running summary of a conversation. Be precise and brief."
-SUMMARIZE_FIRST = """Summarize this conversation. Keep key facts, decisions and open questions:
-
-{conversation}"""
-SUMMARIZE_UPDATE = """Update the conversation summary with the new messages.
-
-Current summary:
-{summary}
-
-New messages:
-{conversation}
-
-Rules:
-- keep ALL important information from the current summary
-- add new facts and decisions from the new messages
-- where the new messages contradict the summary, use the new information
-- drop items that the new messages closed
-- stay compact"""
-
 # Seed 002's three compression strategies, each applied incrementally (the previous
 # summary plus only the messages that newly left the working window).
 SUMMARY_INSTRUCTIONS = {

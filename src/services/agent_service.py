@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import PoolTimeout
 
+from src.graph.conversation_state import turn_input
 from src.graph.deps import GraphDeps
 from src.graph.frs_compress import build_compress_graph, run_compression
 from src.graph.nodes import ModelFailure, window_size
@@ -180,19 +181,7 @@ class AgentService:
                 conversation_id, "user", stamp(text, deps.clock(), self.settings), conn=conn
             )
         progress["stored"] = True
-        state = {
-            "user_id": identity.owner_id,
-            "conversation_id": str(conversation_id),
-            "language": lang,
-            "input_text": row["content"],
-            "input_message_id": row["id"],
-            "input_number": row["number"],
-            "tools_used": [],
-            "reply": "",
-            "stored_count": 1,
-            "usage": {"input": 0, "output": 0},
-            "summarized": 0,
-        }
+        state = turn_input(identity.owner_id, str(conversation_id), row, lang)
         config = {"configurable": {"thread_id": str(conversation_id)}, "run_name": "turn"}
         outcome = TurnResult("", conversation_id=str(conversation_id))
         try:

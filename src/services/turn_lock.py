@@ -13,6 +13,8 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
+from src.services.keyed_lock import KeyedLock
+
 logger = logging.getLogger(__name__)
 
 # Leases commit without waiting for their WAL flush (synchronous_commit off for this
@@ -46,22 +48,7 @@ class TurnLocks:
         # turns, so a lease this process failed to release (database restart) is simply
         # taken over by its next turn instead of blocking the owner until it expires.
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self._locks: dict[int, asyncio.Lock] = {}
-        self._waiters: dict[int, int] = {}
-
-    @contextlib.asynccontextmanager
-    async def _local(self, owner_id: int) -> AsyncIterator[None]:
-        lock = self._locks.setdefault(owner_id, asyncio.Lock())
-        self._waiters[owner_id] = self._waiters.get(owner_id, 0) + 1
-        try:
-            async with lock:
-                yield
-        finally:
-            # Forget idle locks so the table does not grow with every user ever seen.
-            self._waiters[owner_id] -= 1
-            if self._waiters[owner_id] == 0:
-                del self._waiters[owner_id]
-                del self._locks[owner_id]
+        self._local = KeyedLock()
 
     async def _acquire_lease(self, owner_id: int, holder: str) -> None:
         delay = 0.01
@@ -85,7 +72,7 @@ class TurnLocks:
     @contextlib.asynccontextmanager
     async def hold(self, owner_id: int) -> AsyncIterator[None]:
         """Hold the owner's turn lock for the duration of the block."""
-        async with self._local(owner_id):
+        async with self._local.hold(owner_id):
             holder = self.holder
             await self._acquire_lease(owner_id, holder)
             renew = asyncio.create_task(self._renew_forever(owner_id, holder))
