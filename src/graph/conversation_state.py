@@ -27,6 +27,8 @@ class ConversationState(TypedDict, total=False):
     """Stored messages of the working window, oldest first, the current message excluded."""
     summary: str
     """Running summary of what left the working window (empty after /forget)."""
+    overflow_ready: bool
+    """Whether enough unsummarized messages precede the window for the summarizer to run."""
     facts: list[dict[str, Any]]
     """Typed facts about the user, most important first."""
     compacts: list[dict[str, Any]]

@@ -60,10 +60,11 @@ def build_graph(deps: GraphDeps, checkpointer: BaseCheckpointSaver[Any] | None =
     builder.add_edge("log_tools", "save_response")
 
     def route_after_save(state: ConversationState) -> Literal["summarize", "__end__"]:
-        # Overflow exists once the window is full, or when the token budget left stored
-        # messages out of the context (the thread holds fewer than history + current).
+        # Summarize when load_history saw enough unsummarized messages before the window,
+        # or when the token budget left stored messages out of the context (the thread
+        # then holds fewer than history + current); otherwise skip the step entirely.
         history = len(state.get("history") or [])
-        if history >= deps.settings.max_context or len(state.get("thread") or []) <= history:
+        if state.get("overflow_ready") or len(state.get("thread") or []) <= history:
             return "summarize"
         return "__end__"
 

@@ -76,12 +76,20 @@ class Nodes:
                 user["active_messages_count"] if user else None, deps.settings.max_context
             )
             rows: list[dict[str, Any]] = []
+            before: list[dict[str, Any]] = []
+            trigger = deps.settings.summary_trigger
             if window > 0:
-                rows = await deps.conversations.load_last_messages(
-                    conversation_id, window + 1, conn=conn
+                # With a full window, also read the `trigger` messages just before it: if
+                # none of them is summarized yet, the summarizer has work after the reply.
+                extra = trigger if window == deps.settings.max_context else 0
+                loaded = await deps.conversations.load_last_messages(
+                    conversation_id, window + 1 + extra, conn=conn
                 )
-                rows = [r for r in rows if r["id"] != state.get("input_message_id")][-window:]
+                loaded = [r for r in loaded if r["id"] != state.get("input_message_id")]
+                rows, before = loaded[-window:], loaded[:-window]
             conv = await deps.conversations.get_conversation(conversation_id, conn=conn)
+            upto = conv["summary_upto_id"] if conv else 0
+            overflow_ready = len(before) >= trigger and all(r["id"] > upto for r in before)
             # Twice the prompt's share: build_context may leave preferences out (objectivity).
             facts = await deps.memory.list_facts(
                 user_id, 2 * deps.settings.max_facts_in_prompt, conn=conn
@@ -98,6 +106,7 @@ class Nodes:
         return {
             "history": [_jsonable(r) for r in rows],
             "summary": conv["summary"] if conv else "",
+            "overflow_ready": overflow_ready,
             "facts": [_jsonable(f) for f in facts],
             "compacts": [_jsonable(c) for c in compacts],
         }
