@@ -27,6 +27,12 @@ App = Application[Any, Any, Any, Any, Any, Any]
 # Only what the handlers deal with; edits and channel posts are answered with silence.
 ALLOWED_UPDATES = ["message", "edited_message", "channel_post", "edited_channel_post"]
 FLOOD_RETRIES = 3  # times a request is retried after Telegram's 429 retry_after
+# httpcore re-examines every pooled connection on each request, in quadratic time, so the
+# 256 connections PTB allows make a burst of replies cost more per reply the bigger it is.
+# Telegram's flood limits (about 30 messages/s) need few connections: keep the pool small
+# and let a burst queue for it, longer than PTB's 1 s pool timeout, which drops replies.
+BOT_API_CONNECTIONS = 32
+POOL_WAIT = 30.0
 COMMAND_LANGUAGES = {"": "en", "ru": "ru", "uk": "ru", "be": "ru", "kk": "ru"}
 
 
@@ -58,6 +64,8 @@ def build_application(
         builder = builder.base_url(base).base_file_url(file_base_url(base))
     if request is not None:
         builder = builder.request(request).get_updates_request(request)
+    else:
+        builder = builder.connection_pool_size(BOT_API_CONNECTIONS).pool_timeout(POOL_WAIT)
     app: App = (
         builder.rate_limiter(rate_limiter or AIORateLimiter(max_retries=FLOOD_RETRIES))
         # Different chats run concurrently; AgentService keeps each owner's turns in order.

@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 from telegram import Update
+from telegram.constants import ChatType
 from telegram.error import Forbidden, RetryAfter, TelegramError
 from telegram.ext import (
     Application,
@@ -94,6 +95,7 @@ async def on_error(update: object, context: Context) -> None:
     update_id = update.update_id if isinstance(update, Update) else None
     if isinstance(error, Forbidden):  # the user blocked the bot: nothing is broken
         logger.info("update %s: cannot write to the chat: %s", update_id, error)
+        await _stop_reminding(update, context, error)
         return
     logger.error("error while handling update %s", update_id, exc_info=error)
     if not isinstance(update, Update) or update.effective_message is None:
@@ -105,6 +107,18 @@ async def on_error(update: object, context: Context) -> None:
         await message.reply_text(t("internal_error", lang_of_message(message)))
     except TelegramError as exc:
         logger.warning("could not report the error to chat %s: %s", message.chat_id, exc)
+
+
+async def _stop_reminding(update: object, context: Context, error: Forbidden) -> None:
+    """Turn reminders off for a private chat that refuses replies: they would bounce too."""
+    chat = update.effective_chat if isinstance(update, Update) else None
+    reminders = state_of(context).reminders
+    if chat is None or chat.type != ChatType.PRIVATE or reminders is None:
+        return
+    try:
+        await reminders.recipient_gone(chat.id, error.message)
+    except Exception:
+        logger.warning("could not turn reminders off for %s", chat.id, exc_info=True)
 
 
 def register(app: Application[Any, Any, Any, Any, Any, Any]) -> None:

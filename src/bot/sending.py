@@ -5,17 +5,37 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
+import httpx
 from telegram import Bot, Message
 from telegram.constants import ChatAction, ParseMode
-from telegram.error import BadRequest, Forbidden, TelegramError
+from telegram.error import BadRequest, Forbidden, NetworkError, TelegramError
 
 from src.bot.formatting import markdown_to_html, split_markdown, split_message
 
 logger = logging.getLogger(__name__)
 
 TYPING_EVERY = 4.0  # Telegram shows "typing..." for about 5 s after each action
+# Pauses before sending again a message that never reached Telegram: about 15 s of Bot API
+# outage is bridged. Only failures before the request left are retried (a timeout may
+# have delivered it, and sending again would show it twice).
+RESEND_AFTER = (0.5, 1.0, 2.0, 4.0, 8.0)
+_NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+
+
+async def _deliver(send: Callable[..., Awaitable[object]], *args: Any, **kwargs: Any) -> None:
+    """Call `send(*args, **kwargs)`; again after a pause each time it could not reach Telegram."""
+    for pause in (*RESEND_AFTER, None):
+        try:
+            await send(*args, **kwargs)
+            return
+        except NetworkError as exc:
+            if pause is None or not isinstance(exc.__cause__, _NEVER_SENT):
+                raise
+            logger.warning("Telegram unreachable (%s): sending again in %.1f s", exc, pause)
+        await asyncio.sleep(pause)
 
 
 def _cannot_parse(exc: BadRequest) -> bool:
@@ -34,24 +54,23 @@ async def reply_text(message: Message, text: str, fmt: str = "plain", quote: boo
     for i, chunk in enumerate(chunks):
         do_quote = quote and i == 0
         if fmt != "markdown":
-            await message.reply_text(chunk, do_quote=do_quote)
+            await _deliver(message.reply_text, chunk, do_quote=do_quote)
             continue
         try:
-            await message.reply_text(
-                markdown_to_html(chunk), parse_mode=ParseMode.HTML, do_quote=do_quote
-            )
+            html = markdown_to_html(chunk)
+            await _deliver(message.reply_text, html, parse_mode=ParseMode.HTML, do_quote=do_quote)
         except BadRequest as exc:
             if not _cannot_parse(exc):
                 raise
             logger.info("Telegram rejected formatting (%s): sending plain text", exc.message)
-            await message.reply_text(chunk, do_quote=do_quote)
+            await _deliver(message.reply_text, chunk, do_quote=do_quote)
     return len(chunks)
 
 
 async def send_text(bot: Bot, chat_id: int, text: str) -> None:
     """Send `text` to a chat unprompted (reminders), split to Telegram's limit."""
     for chunk in split_message(text):
-        await bot.send_message(chat_id, chunk)
+        await _deliver(bot.send_message, chat_id, chunk)
 
 
 async def _keep_typing(bot: Bot, chat_id: int, thread_id: int | None) -> None:

@@ -116,7 +116,7 @@ class AgentService:
 
     def check_input(self, text: str, language: str | None) -> str | None:
         """Return the answer for input that cannot start a turn, or None if it can."""
-        if not text or not text.strip():
+        if not text or not text.replace("\x00", "").strip():  # NUL is dropped when stored
             return t("empty_message", language)
         if len(text) > self.settings.max_input_chars:
             return t("too_long", language, size=len(text), limit=self.settings.max_input_chars)

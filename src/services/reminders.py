@@ -140,8 +140,7 @@ class ReminderService:
             try:
                 await send(owner, text)
             except RecipientGone as exc:
-                logger.info("user %s cannot be reached (%s): reminders off", owner, exc)
-                await deps.users.set_reminders(owner, False)
+                await self.recipient_gone(owner, exc)
                 return "turned_off"
             async with deps.conversations.pool.connection() as conn, conn.transaction():
                 await deps.conversations.append_message(
@@ -149,6 +148,11 @@ class ReminderService:
                 )
                 await deps.users.advance_active_messages_count(owner, 1, conn=conn)
         return "sent" if from_model else "templates"
+
+    async def recipient_gone(self, owner_id: int, reason: object) -> None:
+        """Turn reminders off for a chat that refuses the bot's messages (it blocked the bot)."""
+        logger.info("user %s cannot be reached (%s): reminders off", owner_id, reason)
+        await self.deps.users.set_reminders(owner_id, False)
 
     async def compose(self, user: dict[str, Any], conversation_id: uuid.UUID) -> tuple[str, bool]:
         """Return the reminder text and whether the model wrote it (else the template)."""

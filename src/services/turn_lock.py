@@ -32,10 +32,40 @@ RENEW = """
 UPDATE turn_leases SET expires_at = now() + make_interval(secs => %s)
 WHERE owner_id = %s AND holder = %s
 """
+HOLDER = "SELECT holder FROM turn_leases WHERE owner_id = %s"
+TAKE_OVER = """
+UPDATE turn_leases SET holder = %s, expires_at = now() + make_interval(secs => %s)
+WHERE owner_id = %s AND holder = %s
+RETURNING holder
+"""
 RELEASE = """
 DELETE FROM turn_leases USING (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
 WHERE owner_id = %s AND holder = %s
 """
+
+
+def _process_gone(holder: str) -> bool:
+    """Tell whether a lease holder was a process on this host that no longer runs.
+
+    A process killed mid-turn (SIGKILL, OOM) leaves its lease behind; its successor on the
+    same host need not wait for the lease to expire. Holders elsewhere, and pids that are
+    alive (or reused), are left to expire.
+    """
+    parts = holder.rsplit(":", 2)  # host:pid:instance, as TurnLocks names them
+    if len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
+        return False
+    if os.name != "posix":  # signal 0 probes a process only on POSIX
+        return False
+    pid = int(parts[1])
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 class TurnLocks:
@@ -57,8 +87,22 @@ class TurnLocks:
                 cur = await conn.execute(ACQUIRE, (owner_id, holder, self.lease_seconds))
                 if await cur.fetchone() is not None:
                     return
+                if await self._take_over_from_the_dead(conn, owner_id, holder):
+                    return
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.25)
+
+    async def _take_over_from_the_dead(self, conn: Any, owner_id: int, holder: str) -> bool:
+        """Take the owner's lease from a process on this host that died holding it."""
+        row = await (await conn.execute(HOLDER, (owner_id,))).fetchone()
+        old = row["holder"] if row else None
+        if old is None or not _process_gone(old):
+            return False
+        cur = await conn.execute(TAKE_OVER, (holder, self.lease_seconds, owner_id, old))
+        if await cur.fetchone() is None:
+            return False  # someone else was quicker
+        logger.info("turn lease of %s taken over from %s, which is gone", owner_id, old)
+        return True
 
     async def _renew_forever(self, owner_id: int, holder: str) -> None:
         while True:
