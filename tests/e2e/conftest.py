@@ -36,6 +36,17 @@ class RunningBot:
         await asyncio.wait_for(self.task, 20)
 
 
+async def stored(pool: Any, owner: int) -> list[tuple[str, str]]:
+    """Return (role, content) of every message in the owner's conversations, in order."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT m.role, m.content FROM messages m JOIN conversations c"
+            " ON c.id = m.conversation_id WHERE c.telegram_user_id = %s ORDER BY m.id",
+            (owner,),
+        )
+        return [(r["role"], r["content"]) for r in await cur.fetchall()]
+
+
 @pytest.fixture(scope="session")
 def tg_server() -> Iterator[FakeBotAPI]:
     """Run one fake Bot API server for the session."""

@@ -20,23 +20,12 @@ from telegram.error import InvalidToken
 
 from src.bot.app import build_application, serve
 from src.services.texts import t
-from tests.e2e.conftest import BOT_TOKEN, CHAT_MODEL
+from tests.e2e.conftest import BOT_TOKEN, CHAT_MODEL, stored
 from tests.fakes.bot_api_server import FakeBotAPI
 from tests.fakes.openai_server import message_text
 
 ROOT = Path(__file__).resolve().parents[2]
 ANN = 7001
-
-
-async def stored(pool: Any, owner: int) -> list[tuple[str, str]]:
-    """Return (role, content) of every message in the owner's conversations, in order."""
-    async with pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT m.role, m.content FROM messages m JOIN conversations c"
-            " ON c.id = m.conversation_id WHERE c.telegram_user_id = %s ORDER BY m.id",
-            (owner,),
-        )
-        return [(r["role"], r["content"]) for r in await cur.fetchall()]
 
 
 async def count(pool: Any, sql: str, *params: Any) -> int:

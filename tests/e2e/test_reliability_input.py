@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from src.services.texts import t
-from tests.e2e.conftest import CHAT_MODEL, SIDE_MODEL
+from tests.e2e.conftest import CHAT_MODEL, SIDE_MODEL, stored
 from tests.fakes.bot_api_server import FakeBotAPI
 from tests.fakes.openai_server import message_text
 
@@ -27,17 +27,6 @@ async def ask(tg: FakeBotAPI, user: int, text: str, **kw: Any) -> str:
     before = len(tg.messages_to(chat))
     tg.push_text(user, text, **kw)
     return str((await tg.await_messages(chat, before + 1))[-1]["text"])
-
-
-async def stored(pool: Any, owner: int) -> list[tuple[str, str]]:
-    """Return (role, content) of the owner's messages in order."""
-    async with pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT m.role, m.content FROM messages m JOIN conversations c"
-            " ON c.id = m.conversation_id WHERE c.telegram_user_id = %s ORDER BY m.id",
-            (owner,),
-        )
-        return [(r["role"], r["content"]) for r in await cur.fetchall()]
 
 
 def unstamped(content: str) -> str:

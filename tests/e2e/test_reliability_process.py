@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.e2e.conftest import CHAT_MODEL
+from tests.e2e.conftest import stored as rows_of
 from tests.fakes.bot_api_server import FakeBotAPI
 from tests.fakes.openai_server import message_text
 
@@ -91,17 +92,6 @@ async def terminate(proc: subprocess.Popen[str], timeout: float = 30) -> float:
     proc.send_signal(signal.SIGTERM)
     await asyncio.to_thread(proc.wait, timeout=timeout)
     return time.monotonic() - began
-
-
-async def rows_of(pool: Any, owner: int) -> list[tuple[str, str]]:
-    """Return (role, content) of the owner's stored messages, in order."""
-    async with pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT m.role, m.content FROM messages m JOIN conversations c"
-            " ON c.id = m.conversation_id WHERE c.telegram_user_id = %s ORDER BY m.id",
-            (owner,),
-        )
-        return [(r["role"], r["content"]) for r in await cur.fetchall()]
 
 
 def exchanges(rows: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
