@@ -24,8 +24,8 @@ from bench.harness import (
 from bench.model_server import ModelServerProcess
 from bench.subjects import Subject
 from src.config import Settings
+from src.graph.timestamps import stamp
 from src.graph.tokens import PER_MESSAGE_OVERHEAD, TokenCounter
-from src.services.agent_service import stamp
 
 USER_TEXTS = (
     "Привет! Помоги составить план на неделю: работа, спортзал три раза и английский.",

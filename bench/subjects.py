@@ -23,18 +23,21 @@ from psycopg_pool import AsyncConnectionPool
 
 from src.config import Settings
 from src.graph import prompts
-from src.graph.context import Layers
+from src.graph.context.budget import Layers
 from src.graph.main_graph import make_tools
+from src.graph.timestamps import stamp
 from src.graph.tokens import TokenCounter, count_messages
-from src.services.agent_service import Identity, stamp
+from src.services.agent_service import Identity
 from src.services.factory import Runtime, build_runtime, make_deps
 from src.services.llm_service import make_chat_model
 
-COPY_MESSAGES = "COPY messages (conversation_id, number, role, content, created_at) FROM STDIN"
+COPY_MESSAGES = """
+COPY messages (conversation_id, number, role, content, created_at, summarized, facts_extracted)
+FROM STDIN
+"""
 SEED_CONVERSATION = """
 UPDATE conversations SET next_message_number = %s, summary = %s,
-    summary_upto_id = COALESCE((SELECT id FROM messages WHERE conversation_id = %s
-                                AND number = %s), 0)
+    last_message_at = (SELECT max(created_at) FROM messages WHERE conversation_id = %s)
 WHERE id = %s
 """
 # Large seeds load faster into a bare table: secondary indexes and the foreign key are
@@ -120,14 +123,14 @@ class Ours:
         await self.runtime.deps.users.get_or_create(conv)
         conversation_id = await repo.get_or_create_conversation(conv)
         async with self.runtime.pool.connection() as conn:
+            # Steady state: the running summary and the facts cover all but the window.
+            upto = max(0, count - self.runtime.settings.max_context)
             async with _bare_messages_table(conn, count >= BARE_LOAD_FROM):
                 async with conn.cursor() as cur, cur.copy(COPY_MESSAGES) as copy:
-                    for chunk in _copy_chunks(conversation_id, count):
+                    for chunk in _copy_chunks(conversation_id, count, upto):
                         await copy.write(chunk)
-            # Steady state: the running summary covers all but the working window.
-            upto = max(0, count - self.runtime.settings.max_context)
             await conn.execute(
-                SEED_CONVERSATION, (count + 1, SEED_SUMMARY, conversation_id, upto, conversation_id)
+                SEED_CONVERSATION, (count + 1, SEED_SUMMARY, conversation_id, conversation_id)
             )
             if count >= BARE_LOAD_FROM:
                 await conn.execute("ANALYZE messages")
@@ -166,12 +169,15 @@ async def _bare_messages_table(conn: Any, bare: bool) -> AsyncIterator[None]:
                 )
 
 
-def _copy_chunks(conversation_id: uuid.UUID, count: int, rows: int = 20_000) -> Iterator[bytes]:
+def _copy_chunks(
+    conversation_id: uuid.UUID, count: int, upto: int, rows: int = 20_000
+) -> Iterator[bytes]:
     lines: list[str] = []
     for n in range(1, count + 1):
         role, content = seed_texts(n)
         when = (SEED_START + timedelta(seconds=n)).isoformat()
-        lines.append(f"{conversation_id}\t{n}\t{role}\t{content}\t{when}\n")
+        done = "t" if n <= upto else "f"
+        lines.append(f"{conversation_id}\t{n}\t{role}\t{content}\t{when}\t{done}\t{done}\n")
         if len(lines) >= rows:
             yield "".join(lines).encode()
             lines.clear()

@@ -35,7 +35,7 @@ from bench.model_server import REPLY, ModelServerProcess
 from bench.report import render, targets
 from bench.subjects import Baseline, Ours
 from src.config import Settings
-from src.graph.context import Layers
+from src.graph.context.budget import Layers
 from src.graph.tokens import make_counter
 
 MARKS = (10, 50, 100, 300)

@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import platformdirs
 import psycopg
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
 
@@ -77,9 +77,12 @@ class Settings(BaseSettings):
     summary_strategy: Literal["summarize", "semantic", "keyvalue"] = "summarize"
     facts_objective_mode: Literal["auto", "always", "never"] = "auto"
     max_facts_in_prompt: int = Field(30, ge=0)
+    facts_every: int = Field(10, ge=1)
+    max_facts: int = Field(200, ge=1)
+    structured_output: Literal["auto", "off"] = "auto"
 
     # --- across sessions (seed 001) ---
-    session_idle_minutes: int = Field(180, ge=1)
+    session_idle_minutes: float = Field(180.0, gt=0)
     max_compacts: int = Field(5, ge=1)
     compacts_in_prompt: int = Field(3, ge=0, le=5)
 
@@ -103,6 +106,18 @@ class Settings(BaseSettings):
     # --- devtools ---
     checkpoint_keep: int = Field(50, ge=1)
     log_level: str = "INFO"
+
+    @model_validator(mode="after")
+    def _check_storage(self) -> Settings:
+        # Fewer kept messages than the window plus a summarizer batch would delete
+        # messages before they could ever be summarized.
+        least = self.max_context + self.summary_trigger
+        if 0 < self.max_storage < least:
+            raise ValueError(
+                f"MAX_STORAGE={self.max_storage} is too small: use 0 (keep everything) or at "
+                f"least MAX_CONTEXT + SUMMARY_TRIGGER = {least}"
+            )
+        return self
 
     @field_validator("allowed_user_ids", "admin_user_ids", mode="before")
     @classmethod
@@ -191,8 +206,9 @@ def load_settings(**overrides: object) -> Settings:
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
-            name = str(err["loc"][0]).upper() if err["loc"] else "?"
-            lines.append(f"{name}: {err['msg']}")
+            message = str(err["msg"]).removeprefix("Value error, ")
+            # Errors about one variable name it; errors about several say it themselves.
+            lines.append(f"{str(err['loc'][0]).upper()}: {message}" if err["loc"] else message)
         raise ConfigError("invalid configuration: " + "; ".join(lines)) from None
     except SettingsError as exc:
         # pydantic-settings fails before validation when a JSON-valued variable does not parse.

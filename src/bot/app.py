@@ -17,6 +17,7 @@ from src.bot.commands import COMMANDS
 from src.bot.jobs import schedule_jobs
 from src.bot.state import BOT_DATA_KEY, BotState, state_of
 from src.config import ConfigError, Settings
+from src.lang import RUSSIAN_READERS
 from src.services.factory import Runtime, build_runtime
 from src.services.reminders import ReminderService
 from src.services.texts import t
@@ -33,7 +34,8 @@ FLOOD_RETRIES = 3  # times a request is retried after Telegram's 429 retry_after
 # and let a burst queue for it, longer than PTB's 1 s pool timeout, which drops replies.
 BOT_API_CONNECTIONS = 32
 POOL_WAIT = 30.0
-COMMAND_LANGUAGES = {"": "en", "ru": "ru", "uk": "ru", "be": "ru", "kk": "ru"}
+# The default menu is English; the languages whose speakers read Russian get Russian.
+COMMAND_LANGUAGES = {"": "en", **dict.fromkeys(RUSSIAN_READERS, "ru")}
 
 
 def file_base_url(base_url: str) -> str:

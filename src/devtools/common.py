@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -21,9 +20,6 @@ EXIT_INCOMPATIBLE = 3
 
 CHECKPOINT_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 SELECT_MISSING_TABLES = "SELECT t AS name FROM unnest(%s::text[]) AS t WHERE to_regclass(t) IS NULL"
-
-# The stamp AgentService puts in front of every user message: "[<label>: YYYY-MM-DD HH:MM] ".
-_STAMP = re.compile(r"^\[[^\]\n]{1,60}: \d{4}-\d\d-\d\d \d\d:\d\d\] ")
 
 
 class DevtoolsError(Exception):
@@ -63,11 +59,6 @@ async def require_checkpoint_tables(pool: AsyncConnectionPool[Any]) -> None:
             "database.",
             EXIT_ENVIRONMENT,
         )
-
-
-def user_text(stamped: str) -> str:
-    """Return a stored user message without its `[time label: ...]` stamp."""
-    return _STAMP.sub("", stamped, count=1)
 
 
 def shorten(text: Any, width: int = 60) -> str:

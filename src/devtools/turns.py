@@ -13,7 +13,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage
 
-from src.devtools.common import user_text
+from src.graph.timestamps import strip_stamp
 
 HEAD_SOURCES = ("input", "fork", "update")
 
@@ -78,7 +78,7 @@ class Turn:
     @property
     def input_text(self) -> str:
         text = self.values.get("input_text") or self.input.get("input_text") or ""
-        return user_text(str(text))
+        return strip_stamp(str(text))
 
     @property
     def reply(self) -> str:

@@ -29,6 +29,8 @@ class ConversationState(TypedDict, total=False):
     """Running summary of what left the working window (empty after /forget)."""
     overflow_ready: bool
     """Whether enough unsummarized messages precede the window for the summarizer to run."""
+    facts_due: bool
+    """Whether FACTS_EVERY user messages wait for fact extraction (after the reply)."""
     facts: list[dict[str, Any]]
     """Typed facts about the user, most important first."""
     compacts: list[dict[str, Any]]
@@ -53,6 +55,8 @@ class ConversationState(TypedDict, total=False):
     """Tokens the model reported for this turn: input, output."""
     summarized: int
     """Messages the summarizer folded into the running summary this turn."""
+    facts_learned: int
+    """Facts stored by this turn's fact extraction."""
 
 
 def turn_input(
@@ -74,4 +78,5 @@ def turn_input(
         "stored_count": 1,
         "usage": {"input": 0, "output": 0},
         "summarized": 0,
+        "facts_learned": 0,
     }

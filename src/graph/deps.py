@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from langchain_core.language_models import BaseChatModel
 
 from src.config import Settings
+from src.graph.memory.structured import JsonAnswers
 from src.graph.tokens import ApproxCounter, TokenCounter
 from src.storage.conversation_repo import ConversationRepository
 from src.storage.memory_repo import MemoryRepository
@@ -32,3 +33,4 @@ class GraphDeps:
     summary_model: BaseChatModel
     clock: Callable[[], datetime] = utc_now
     counter: TokenCounter = field(default_factory=ApproxCounter)
+    json_answers: JsonAnswers = field(default_factory=JsonAnswers)

@@ -1,5 +1,5 @@
 """Wire the conversation graph: load_history -> build_context -> agent <-> tools ->
-log_tools (only after tools ran) -> save_response -> summarize?"""
+log_tools (only after tools ran) -> save_response -> extract_facts? -> summarize?"""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from langgraph.prebuilt import ToolNode
 
 from src.graph.conversation_state import ConversationState
 from src.graph.deps import GraphDeps
-from src.graph.frs_tools import make_frs_tools
+from src.graph.frs.tools import make_frs_tools
 from src.graph.nodes import Nodes
 from src.graph.tools import make_memory_tools
 
@@ -23,6 +23,7 @@ NODE_NAMES = (
     "tools",
     "log_tools",
     "save_response",
+    "extract_facts",
     "summarize",
 )
 
@@ -48,6 +49,7 @@ def build_graph(deps: GraphDeps, checkpointer: BaseCheckpointSaver[Any] | None =
     builder.add_node("tools", ToolNode(tools, handle_tool_errors=tool_error_message))
     builder.add_node("log_tools", nodes.log_tools)
     builder.add_node("save_response", nodes.save_response)
+    builder.add_node("extract_facts", nodes.extract_facts)
     builder.add_node("summarize", nodes.summarize)
 
     builder.add_edge(START, "load_history")
@@ -59,7 +61,7 @@ def build_graph(deps: GraphDeps, checkpointer: BaseCheckpointSaver[Any] | None =
     builder.add_edge("tools", "agent")
     builder.add_edge("log_tools", "save_response")
 
-    def route_after_save(state: ConversationState) -> Literal["summarize", "__end__"]:
+    def summarize_or_end(state: ConversationState) -> Literal["summarize", "__end__"]:
         # Summarize when load_history saw enough unsummarized messages before the window,
         # or when the token budget left stored messages out of the context (the thread
         # then holds fewer than history + current); otherwise skip the step entirely.
@@ -68,6 +70,15 @@ def build_graph(deps: GraphDeps, checkpointer: BaseCheckpointSaver[Any] | None =
             return "summarize"
         return "__end__"
 
-    builder.add_conditional_edges("save_response", route_after_save, ["summarize", END])
+    def route_after_save(
+        state: ConversationState,
+    ) -> Literal["extract_facts", "summarize", "__end__"]:
+        # Facts first: both run after the reply, and MAX_STORAGE waits for both.
+        return "extract_facts" if state.get("facts_due") else summarize_or_end(state)
+
+    builder.add_conditional_edges(
+        "save_response", route_after_save, ["extract_facts", "summarize", END]
+    )
+    builder.add_conditional_edges("extract_facts", summarize_or_end, ["summarize", END])
     builder.add_edge("summarize", END)
     return builder.compile(checkpointer=checkpointer, name="tgagent")

@@ -11,12 +11,14 @@ from langchain_core.tools import BaseTool
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from src.graph import prompts
-from src.graph.context import build_context as assemble_context
-from src.graph.context import reply_text
+from src.graph.context.assemble import build_context as assemble_context
+from src.graph.context.render import reply_text
 from src.graph.conversation_state import ConversationState
 from src.graph.deps import GraphDeps
-from src.graph.summarizer import summarize_overflow
+from src.graph.memory.facts import extract_pending
+from src.graph.memory.summarizer import summarize_overflow
 from src.graph.tokens import count_tools
+from src.lang import lang_of
 
 logger = logging.getLogger(__name__)
 
@@ -33,8 +35,7 @@ def window_size(active_messages_count: int | None, max_context: int) -> int:
 
 
 def _cap_fallback(language: str | None) -> str:
-    lang = "en" if language and not language.lower().startswith(("ru", "uk", "be", "kk")) else "ru"
-    return prompts.CAP_FALLBACK_REPLY[lang]
+    return prompts.CAP_FALLBACK_REPLY[lang_of(language)]
 
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
@@ -61,6 +62,7 @@ class Nodes:
     def __init__(self, deps: GraphDeps, tools: list[BaseTool]) -> None:
         self.deps = deps
         self.tools = tools
+        self.tool_names = frozenset(t.name for t in tools)
         self.model_with_tools = deps.chat_model.bind_tools(tools) if tools else deps.chat_model
         # Every request carries the tools' schemas: the context budget leaves room for them.
         self.tool_tokens = count_tools(tools, deps.counter)
@@ -68,45 +70,48 @@ class Nodes:
     async def load_history(self, state: ConversationState) -> dict[str, Any]:
         """Load the working window, running summary, facts and previous conversations."""
         deps, user_id = self.deps, state["user_id"]
+        settings = deps.settings
         conversation_id = uuid.UUID(state["conversation_id"])
-        # One checkout for all five reads: each checkout costs the pool's connection check.
+        # One checkout for all the reads: each checkout costs the pool's connection check.
         async with deps.conversations.pool.connection() as conn:
             user = await deps.users.get(user_id, conn=conn)
             window = window_size(
-                user["active_messages_count"] if user else None, deps.settings.max_context
+                user["active_messages_count"] if user else None, settings.max_context
             )
             rows: list[dict[str, Any]] = []
             before: list[dict[str, Any]] = []
-            trigger = deps.settings.summary_trigger
+            trigger = settings.summary_trigger
             if window > 0:
                 # With a full window, also read the `trigger` messages just before it: if
                 # none of them is summarized yet, the summarizer has work after the reply.
-                extra = trigger if window == deps.settings.max_context else 0
+                extra = trigger if window == settings.max_context else 0
                 loaded = await deps.conversations.load_last_messages(
                     conversation_id, window + 1 + extra, conn=conn
                 )
                 loaded = [r for r in loaded if r["id"] != state.get("input_message_id")]
                 rows, before = loaded[-window:], loaded[:-window]
-            conv = await deps.conversations.get_conversation(conversation_id, conn=conn)
-            upto = conv["summary_upto_id"] if conv else 0
-            overflow_ready = len(before) >= trigger and all(r["id"] > upto for r in before)
+            conv = await deps.conversations.conversation_for_turn(
+                conversation_id, settings.facts_every, conn=conn
+            )
+            overflow_ready = len(before) >= trigger and not any(r["summarized"] for r in before)
             # Twice the prompt's share: build_context may leave preferences out (objectivity).
             facts = await deps.memory.list_facts(
-                user_id, 2 * deps.settings.max_facts_in_prompt, conn=conn
+                user_id, 2 * settings.max_facts_in_prompt, conn=conn
             )
             compacts = []
-            if deps.settings.compacts_in_prompt:
-                # This conversation's own compact (after an idle pause) would repeat its history.
+            if settings.compacts_in_prompt:
+                # Every compact is of an ended session: earlier conversations, and earlier
+                # sessions of this one that ended by silence.
                 compacts = await deps.memory.list_compacts(
-                    user_id,
-                    deps.settings.compacts_in_prompt,
-                    conn=conn,
-                    exclude_conversation=conversation_id,
+                    user_id, settings.compacts_in_prompt, conn=conn
                 )
         return {
-            "history": [_jsonable(r) for r in rows],
+            # A summarized message is in the running summary: showing it again would
+            # repeat it, and compressing it would summarize it twice.
+            "history": [_jsonable(r) for r in rows if not r["summarized"]],
             "summary": conv["summary"] if conv else "",
             "overflow_ready": overflow_ready,
+            "facts_due": conv is not None and conv["facts_pending"] >= settings.facts_every,
             "facts": [_jsonable(f) for f in facts],
             "compacts": [_jsonable(c) for c in compacts],
         }
@@ -176,7 +181,13 @@ class Nodes:
                         {"id": c["id"], "name": c["name"], "args": c["args"]}
                         for c in message.tool_calls
                     ]
-                    used.extend(c["name"] for c in message.tool_calls if c["name"] not in used)
+                    # The note is a system message: it names only tools we offer, never a
+                    # name the model made up.
+                    names = (
+                        c["name"] if c["name"] in self.tool_names else "unknown tool"
+                        for c in message.tool_calls
+                    )
+                    used.extend(n for n in names if n not in used)
                     await self.deps.conversations.append_message(
                         conversation_id, "assistant", message.text, {"tool_calls": calls}, conn=conn
                     )
@@ -206,6 +217,17 @@ class Nodes:
             )
             await self.deps.users.advance_active_messages_count(state["user_id"], stored, conn=conn)
         return {"reply": reply, "stored_count": stored}
+
+    async def extract_facts(self, state: ConversationState) -> dict[str, Any]:
+        """Extract facts from the messages not extracted yet; a failure loses nothing."""
+        try:
+            stored = await extract_pending(
+                self.deps, state["user_id"], uuid.UUID(state["conversation_id"])
+            )
+        except Exception:
+            logger.warning("fact extraction failed for %s", state["conversation_id"], exc_info=True)
+            stored = 0
+        return {"facts_learned": stored}
 
     async def summarize(self, state: ConversationState) -> dict[str, Any]:
         """Fold overflow into the running summary; a failure is logged and loses nothing."""

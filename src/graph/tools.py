@@ -8,7 +8,8 @@ from typing import Annotated, Any
 from langchain_core.tools import BaseTool, tool
 from langgraph.prebuilt import InjectedState
 
-from src.graph.context import compact_line, when_local
+from src.graph.context.render import when_local
+from src.graph.context.sections import compact_line
 from src.graph.deps import GraphDeps
 
 # Characters of one found message shown to the model.

@@ -8,7 +8,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -16,8 +16,9 @@ from psycopg_pool import PoolTimeout
 
 from src.graph.conversation_state import turn_input
 from src.graph.deps import GraphDeps
-from src.graph.frs_compress import build_compress_graph, run_compression
+from src.graph.frs.compress import build_compress_graph, run_compression
 from src.graph.nodes import ModelFailure, window_size
+from src.graph.timestamps import stamp
 from src.services.texts import t
 from src.services.turn_lock import TurnLocks
 
@@ -92,10 +93,13 @@ class CompressResult:
         )
 
 
-def stamp(text: str, when: datetime, settings: Any) -> str:
-    """Prefix the user's text with its local time (seed 004)."""
-    local = when.astimezone(settings.zone)
-    return f"[{settings.time_label}: {local:%Y-%m-%d %H:%M}] {text}"
+def session_over(conversation: dict[str, Any], now: datetime, idle_minutes: float) -> bool:
+    """Tell whether the conversation's current session ended by silence and is not yet
+    ended (compacted) in memory."""
+    last, ended = conversation.get("last_message_at"), conversation.get("ended_at")
+    if last is None or (ended is not None and ended >= last):
+        return False
+    return now - last > timedelta(minutes=idle_minutes)
 
 
 class AgentService:
@@ -172,13 +176,22 @@ class AgentService:
         progress: dict[str, bool],
     ) -> None:
         deps, lang = self.deps, identity.language_code
+        now = deps.clock()
         # One checkout for both: each costs the pool's connection check.
         async with deps.conversations.pool.connection() as conn:
-            conversation_id = await deps.conversations.get_or_create_conversation(
-                identity.owner_id, conn=conn
-            )
+            conversation = await deps.conversations.current(identity.owner_id, conn=conn)
+            conversation_id = uuid.UUID(str(conversation["id"]))
             row = await deps.conversations.append_message(
-                conversation_id, "user", stamp(text, deps.clock(), self.settings), conn=conn
+                conversation_id, "user", stamp(text, now, self.settings), conn=conn
+            )
+        progress["stored"] = True
+        if self.compactor is not None and session_over(
+            conversation, now, self.settings.session_idle_minutes
+        ):
+            # The silence before this message ended a session: its compact goes into
+            # this very turn's prompt ("Previous conversations").
+            await self.compactor.end_session(
+                identity.owner_id, conversation_id, until=conversation["last_message_at"]
             )
         progress["stored"] = True
         state = turn_input(identity.owner_id, str(conversation_id), row, lang)
@@ -243,8 +256,10 @@ class AgentService:
         async with self.locks.hold(identity.owner_id):
             old = await deps.conversations.conversation_ids(identity.owner_id)
             if self.compactor is not None:
+                # Facts and the compact are read before the wipe; slow models finish
+                # in the background from what was read.
                 for conversation_id in old:
-                    await self.compactor.compact_safely(identity.owner_id, conversation_id)
+                    await self.compactor.end_session(identity.owner_id, conversation_id)
             new_id = await deps.conversations.create_new_conversation(identity.owner_id)
             await deps.users.set_active_messages_count(identity.owner_id, None)
             if self.checkpointer is not None:
@@ -262,9 +277,8 @@ class AgentService:
             conversation_id = await deps.conversations.get_or_create_conversation(identity.owner_id)
             async with deps.conversations.pool.connection() as conn, conn.transaction():
                 await deps.users.forget(identity.owner_id, conn=conn)
-                upto = await deps.conversations.max_message_id(conversation_id, conn=conn)
                 # The forgotten part is never summarized into later context either.
-                await deps.conversations.update_summary(conversation_id, "", upto, conn=conn)
+                await deps.conversations.forget_summary(conversation_id, conn=conn)
 
     async def toggle_mute(self, identity: Identity) -> bool:
         """/mute: flip reminders; return whether they are now on."""
@@ -295,14 +309,36 @@ class AgentService:
             "reminders": user is not None and user["remind_of_yourself"] != "0",
         }
 
-    async def compact_idle_sessions(self, now: datetime | None = None) -> int:
-        """Compact sessions silent for SESSION_IDLE_MINUTES (a job); return how many.
+    async def compact_idle_sessions(self, now: datetime | None = None, limit: int = 100) -> int:
+        """End the sessions silent for SESSION_IDLE_MINUTES (a job); return how many.
 
-        The conversations stay open: a user coming back continues where they left off.
+        Each under its owner's turn lock, so a message arriving meanwhile waits and then
+        finds the session ended. The conversations stay open: a user coming back
+        continues where they left off, in a new session.
         """
         if self.compactor is None:
             return 0
-        return int(await self.compactor.compact_idle(now))
+        deps = self.deps
+        now = now or deps.clock()
+        cutoff = now - timedelta(minutes=self.settings.session_idle_minutes)
+        ended = 0
+        for row in await deps.memory.idle_conversations(cutoff, limit):
+            owner, conversation_id = row["telegram_user_id"], uuid.UUID(str(row["id"]))
+            try:
+                async with self.locks.hold(owner):
+                    # Read again under the lock: the user may have come back.
+                    conversation = await deps.conversations.get_conversation(conversation_id)
+                    if conversation is None or not session_over(
+                        conversation, now, self.settings.session_idle_minutes
+                    ):
+                        continue
+                    await self.compactor.end_session(
+                        owner, conversation_id, until=conversation["last_message_at"]
+                    )
+                    ended += 1
+            except Exception:
+                logger.error("ending the idle session of %s failed", owner, exc_info=True)
+        return ended
 
     @functools.cached_property
     def compress_graph(self) -> Any:
@@ -330,6 +366,8 @@ class AgentService:
                     user["active_messages_count"] if user else None, self.settings.max_context
                 )
                 rows = await deps.conversations.load_last_messages(conversation_id, window)
+                # What is in the running summary already is not working memory.
+                rows = [r for r in rows if not r["summarized"]]
                 outcome = await run_compression(
                     deps, self.compress_graph, identity.owner_id, conversation_id, rows, focus
                 )

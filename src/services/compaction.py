@@ -1,15 +1,18 @@
-"""Session compacts (seed 001): a finished session squeezed by a cheap model into
-`{timestamp, summary (~500 chars), topics[], lastAction}`, at most `MAX_COMPACTS` per user.
+"""Session ends (seed 001): facts from the session, and a compact of it.
 
-A session ends on `/new` (compacted before the wipe) and after `SESSION_IDLE_MINUTES` of
-silence (`compact_idle`, run by a job). An idle conversation is not closed: the user's
-next message continues it, as the Telegram thread on their screen does; its compact is
-refreshed when it falls silent again, and the compact of the conversation in progress is
-never shown in its own prompt (its messages and summary are already there).
+A session is a stretch of a conversation: it ends at `/new`, or after
+`SESSION_IDLE_MINUTES` of silence (noticed by the periodic job, or when the next message
+arrives, before it is answered). An idle conversation is not closed: the user's next
+message continues it, as the Telegram thread on their screen does, in a new session.
+Each ended session gets its own compact, `{timestamp, summary (~500 chars), topics[],
+lastAction}` written by a cheap model, at most `MAX_COMPACTS` per user; the compacts of
+ended sessions, this conversation's earlier ones included, appear under "Previous
+conversations" in later prompts. Facts not extracted yet are extracted at every end.
 
-Compaction never blocks `/new` and never loses a session: a model error, invalid JSON or
-a summary far over 500 characters is repaired or recorded as plain text, and logged; a
-slow model is waited for a few seconds, then finishes in the background.
+Ending a session never blocks for long and never loses it: a model error, invalid JSON
+or a summary far over 500 characters is repaired or recorded as plain text, and logged;
+a slow model is waited for a few seconds, then a plain-text compact is stored at once and
+the model's replaces it when it comes.
 """
 
 from __future__ import annotations
@@ -18,17 +21,21 @@ import asyncio
 import logging
 import re
 import uuid
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 
 from src.graph import prompts
-from src.graph.context import Layers, truncate_text
+from src.graph.context.budget import Layers, shorten
+from src.graph.context.render import transcript_line
 from src.graph.deps import GraphDeps
-from src.graph.facts import load_json
+from src.graph.memory.facts import WIPE_READ_LIMIT, Batch, extract_batch, read_pending
+from src.graph.memory.structured import load_json, object_schema
+from src.graph.timestamps import strip_stamp
 
 logger = logging.getLogger(__name__)
 
@@ -38,18 +45,16 @@ TOO_LONG_CHARS = 700
 MAX_TOPICS = 10
 # Newest live messages of a session read for its compact (older ones are in its summary).
 SESSION_MESSAGES = 200
-# How long /new waits for the model before going on without it.
+# How long a session end waits for the models before going on without them.
 WAIT_SECONDS = 10.0
-_STAMP = re.compile(r"^\[[^\]]{0,40}\d{4}-\d\d-\d\d \d\d:\d\d\]\s*")
-
-
-class _Chars:
-    """A "token counter" counting characters, to cut text to a length on a sentence."""
-
-    name = "characters"
-
-    def count(self, text: str) -> int:
-        return len(text)
+COMPACT_SCHEMA = object_schema(
+    "session_compact",
+    {
+        "summary": {"type": "string"},
+        "topics": {"type": "array", "items": {"type": "string"}},
+        "lastAction": {"type": "string"},
+    },
+)
 
 
 @dataclass
@@ -70,14 +75,10 @@ class Session:
     owner_id: int
     conversation_id: uuid.UUID
     text: str
-    ended_at: datetime | None
+    ended_at: datetime
+    """The time of the session's last message: the compact's timestamp and key."""
     rows: list[dict[str, Any]]
     summary: str = ""
-
-
-def shorten(text: str, chars: int = COMPACT_CHARS) -> str:
-    """Cut `text` to `chars` characters after a whole sentence (or between words)."""
-    return truncate_text(" ".join(text.split()), chars, _Chars())
 
 
 def _topics(value: Any) -> list[str]:
@@ -89,13 +90,14 @@ def _topics(value: Any) -> list[str]:
     return list(dict.fromkeys(topics))[:MAX_TOPICS]
 
 
-def parse_compact(answer: str) -> Compact:
+def parse_compact(answer: str, data: Any = None) -> Compact:
     """Return the compact in a model's answer, repaired where needed.
 
-    JSON as asked is used as is; a summary far over 500 characters is cut on a sentence;
-    an answer that is not JSON is kept as a plain-text summary.
+    JSON as asked is used as is (`data`: the answer already parsed); a summary far over
+    500 characters is cut on a sentence; an answer that is not JSON is kept as a
+    plain-text summary.
     """
-    data = load_json(answer)
+    data = load_json(answer) if data is None else data
     if isinstance(data, dict) and str(data.get("summary") or "").strip():
         compact = Compact(
             summary=" ".join(str(data["summary"]).split()),
@@ -108,7 +110,7 @@ def parse_compact(answer: str) -> Compact:
         plain = re.sub(r"```\w*", "", answer).strip()
         compact = Compact(summary=" ".join(plain.split()), repaired="not JSON")
     if len(compact.summary) > TOO_LONG_CHARS:
-        compact.summary = shorten(compact.summary)
+        compact.summary = shorten(compact.summary, COMPACT_CHARS)
         compact.repaired = compact.repaired or "summary too long"
     compact.last_action = shorten(compact.last_action, 200)
     if not compact.summary:
@@ -118,15 +120,15 @@ def parse_compact(answer: str) -> Compact:
 
 def fallback_compact(rows: list[dict[str, Any]], summary: str) -> Compact:
     """Build a plain-text compact without the model: what the user wrote, the last answer."""
-    asked = [_STAMP.sub("", r["content"]).strip() for r in rows if r["role"] == "user"]
+    asked = [strip_stamp(r["content"]).strip() for r in rows if r["role"] == "user"]
     answers = [r["content"].strip() for r in rows if r["role"] == "assistant" and r["content"]]
     text = "User wrote: " + " | ".join(a for a in asked if a) if asked else summary
     last = shorten(answers[-1], 200) if answers else ""
-    return Compact(summary=shorten(text), last_action=last, repaired="model failed")
+    return Compact(summary=shorten(text, COMPACT_CHARS), last_action=last, repaired="model failed")
 
 
 class Compactor:
-    """Compact sessions into the user's long-term memory (seed 001)."""
+    """End sessions: extract their facts, compact them into long-term memory (seed 001)."""
 
     def __init__(
         self, deps: GraphDeps, model: BaseChatModel, wait_seconds: float = WAIT_SECONDS
@@ -136,18 +138,27 @@ class Compactor:
         self.wait_seconds = wait_seconds
         self._tasks: set[asyncio.Task[Any]] = set()
 
-    async def read_session(self, owner_id: int, conversation_id: uuid.UUID) -> Session | None:
-        """Return the session as text for the model (bounded), or None if there is none.
+    async def read_session(
+        self, owner_id: int, conversation_id: uuid.UUID, until: datetime | None = None
+    ) -> Session | None:
+        """Return the session ending at `until` as text for the model (bounded), or None.
 
-        Messages before the summary point are represented by the running summary; after
-        /forget both are gone, so a forgotten part is never compacted either.
+        The session is what came after the previous session's end (`ended_at`). Messages
+        already in the running summary are represented by it; after /forget both are
+        gone, so a forgotten part is never compacted either.
         """
         deps = self.deps
         conv = await deps.conversations.get_conversation(conversation_id)
         if conv is None or conv["telegram_user_id"] != owner_id:
             return None
-        rows = await deps.conversations.load_last_messages(conversation_id, SESSION_MESSAGES)
-        rows = [r for r in rows if r["id"] > conv["summary_upto_id"]]
+        until = until or conv["last_message_at"]
+        if until is None:
+            return None
+        rows = await deps.conversations.session_messages(
+            conversation_id, conv["ended_at"], until, SESSION_MESSAGES
+        )
+        summarized = any(r["summarized"] for r in rows)
+        rows = [r for r in rows if not r["summarized"]]
         if not any(r["role"] == "user" for r in rows):
             return None
         budget = Layers.for_model(deps.settings, deps.settings.effective_compact_model).working
@@ -155,27 +166,24 @@ class Compactor:
         lines: list[str] = []
         left = budget
         for row in reversed(rows):  # the newest matter most: the lastAction
-            line = f"[{row['role']}]: {truncate_text(row['content'], per_message, deps.counter)}"
+            line = transcript_line(row, per_message, deps.counter)
             left -= deps.counter.count(line) + 1
             if left < 0:
                 break
             lines.append(line)
-        parts = []
-        if conv["summary"]:
-            parts.append("Summary of the earlier part:\n" + conv["summary"])
+        summary = conv["summary"] if summarized else ""
+        parts = ["Summary of the earlier part:\n" + summary] if summary else []
         parts.append("Messages:\n" + "\n".join(reversed(lines)))
         ended = rows[-1]["created_at"]
-        text = "\n\n".join(parts)
-        return Session(owner_id, conversation_id, text, ended, rows, conv["summary"])
+        return Session(owner_id, conversation_id, "\n\n".join(parts), ended, rows, summary)
 
     async def store(self, session: Session) -> dict[str, Any] | None:
         """Ask the model for the compact (or build one without it) and store it."""
         prompt = prompts.COMPACT_PROMPT.format(chars=COMPACT_CHARS, conversation=session.text)
+        messages = [SystemMessage(prompts.COMPACT_SYSTEM), HumanMessage(prompt)]
         try:
-            answer = await self.model.ainvoke(
-                [SystemMessage(prompts.COMPACT_SYSTEM), HumanMessage(prompt)]
-            )
-            compact = parse_compact(answer.text)
+            data, raw = await self.deps.json_answers.ask(self.model, messages, COMPACT_SCHEMA)
+            compact = parse_compact(raw, data)
         except Exception as exc:
             logger.warning(
                 "compaction of %s: model failed (%s: %s); storing plain text",
@@ -188,6 +196,11 @@ class Compactor:
             logger.warning(
                 "compaction of %s repaired: %s", session.conversation_id, compact.repaired
             )
+        return await self._save(session, compact, replace=True)
+
+    async def _save(
+        self, session: Session, compact: Compact, replace: bool
+    ) -> dict[str, Any] | None:
         row = await self.deps.memory.add_compact(
             session.owner_id,
             session.conversation_id,
@@ -196,14 +209,65 @@ class Compactor:
             compact.last_action,
             keep=self.deps.settings.max_compacts,
             created_at=session.ended_at,
+            replace=replace,
         )
         logger.info(
-            "compacted session %s of %s (%d chars)",
-            session.conversation_id,
+            "compacted session of %s in %s (%d chars%s)",
             session.owner_id,
+            session.conversation_id,
             len(compact.summary),
+            "" if replace else ", plain text while the model is slow",
         )
         return row
+
+    async def compact(self, owner_id: int, conversation_id: uuid.UUID) -> dict[str, Any] | None:
+        """Compact the conversation's current session now (None: nothing to compact)."""
+        session = await self.read_session(owner_id, conversation_id)
+        return await self.store(session) if session is not None else None
+
+    async def end_session(
+        self, owner_id: int, conversation_id: uuid.UUID, until: datetime | None = None
+    ) -> dict[str, Any] | None:
+        """End the session that ends at `until` (default: the last message); return its
+        compact (None when the session held no user message).
+
+        Reads everything first (the caller may delete the conversation next), then lets
+        the models work for at most `wait_seconds`: a compact the model has not written
+        by then is stored as plain text at once and replaced when the model answers, and
+        fact extraction goes on in the background. Never raises for a model's failure.
+        """
+        try:
+            conv = await self.deps.conversations.get_conversation(conversation_id)
+            until = until or (conv or {}).get("last_message_at")
+            session = await self.read_session(owner_id, conversation_id, until)
+            pending = await read_pending(
+                self.deps, owner_id, conversation_id, limit=WIPE_READ_LIMIT
+            )
+        except Exception:
+            logger.error("ending the session of %s: reading failed", conversation_id, exc_info=True)
+            return None
+        waiting = [self._spawn(self._extract_logged(pending))]
+        compacting = self._spawn(self._store_logged(session)) if session else None
+        if compacting is not None:
+            waiting.append(compacting)
+        await asyncio.wait(waiting, timeout=self.wait_seconds)
+        row = None
+        if session is not None and compacting is not None:
+            if compacting.done():
+                row = compacting.result()
+            else:
+                logger.warning("compaction of %s is slow; plain text for now", conversation_id)
+                fallback = fallback_compact(session.rows, session.summary)
+                row = await self._save(session, fallback, replace=False)
+        if until is not None:
+            await self.deps.memory.mark_session_ended(conversation_id, until)
+        return row
+
+    def _spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _store_logged(self, session: Session) -> dict[str, Any] | None:
         try:
@@ -212,59 +276,21 @@ class Compactor:
             logger.error("compaction of %s failed", session.conversation_id, exc_info=True)
             return None
 
-    async def compact(self, owner_id: int, conversation_id: uuid.UUID) -> dict[str, Any] | None:
-        """Compact one session and return the stored compact (None: nothing to compact)."""
-        session = await self.read_session(owner_id, conversation_id)
-        return await self.store(session) if session is not None else None
-
-    async def compact_safely(
-        self, owner_id: int, conversation_id: uuid.UUID
-    ) -> dict[str, Any] | None:
-        """Compact a session for /new without ever failing it or holding it for long.
-
-        The session is read at once (the caller deletes it next); the model is waited
-        for `wait_seconds`, after which the compact is finished in the background.
-        """
-        try:
-            session = await self.read_session(owner_id, conversation_id)
-        except Exception:
-            logger.error("compaction of %s: reading failed", conversation_id, exc_info=True)
-            return None
-        if session is None:
-            return None
-        task = asyncio.create_task(self._store_logged(session))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        try:
-            return await asyncio.wait_for(asyncio.shield(task), self.wait_seconds)
-        except TimeoutError:
-            logger.warning(
-                "compaction of %s is slow; finishing it in the background", conversation_id
-            )
-            return None
-
-    async def compact_idle(self, now: datetime | None = None, limit: int = 100) -> int:
-        """Compact sessions silent for SESSION_IDLE_MINUTES; return how many were handled.
-
-        The conversation stays open; it is marked compacted up to its last message, so
-        it is compacted again only after new messages and a new silence.
-        """
-        now = now or self.deps.clock()
-        cutoff = now - timedelta(minutes=self.deps.settings.session_idle_minutes)
-        idle = await self.deps.memory.idle_conversations(cutoff, limit)
-        for row in idle:
-            conversation_id = uuid.UUID(str(row["id"]))
+    async def _extract_logged(self, pending: list[Batch]) -> int:
+        stored = 0
+        for batch in pending:
             try:
-                session = await self.read_session(row["telegram_user_id"], conversation_id)
-                if session is not None:
-                    await self.store(session)
+                stored += await extract_batch(self.deps, batch)
             except Exception:
-                logger.error("idle compaction of %s failed", conversation_id, exc_info=True)
-                continue
-            await self.deps.memory.mark_session_ended(conversation_id, row["last_message_at"])
-        return len(idle)
+                logger.warning(
+                    "fact extraction at the end of a session of %s failed",
+                    batch.owner_id,
+                    exc_info=True,
+                )
+                break  # the rest stays pending: the next run tries again
+        return stored
 
     async def drain(self) -> None:
-        """Wait for compactions still finishing in the background."""
+        """Wait for session ends still finishing in the background."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)

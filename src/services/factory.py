@@ -13,6 +13,7 @@ from psycopg_pool import AsyncConnectionPool
 from src.config import Settings
 from src.graph.deps import GraphDeps
 from src.graph.main_graph import build_graph
+from src.graph.memory.structured import JsonAnswers
 from src.graph.tokens import make_counter
 from src.services.agent_service import AgentService
 from src.services.compaction import Compactor
@@ -75,6 +76,7 @@ def make_deps(
         chat_model=chat_model or make_chat_model(settings),
         summary_model=summary_model or make_summary_model(settings),
         counter=make_counter(settings.llm_model, settings.token_counter),
+        json_answers=JsonAnswers(enabled=settings.structured_output != "off"),
     )
 
 

@@ -20,10 +20,11 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 
-from src.graph.context import reply_text
+from src.graph.context.render import reply_text
 from src.graph.deps import GraphDeps
 from src.graph.nodes import window_size
-from src.services.texts import lang_of, t
+from src.lang import lang_of
+from src.services.texts import t
 from src.services.turn_lock import TurnLocks
 
 logger = logging.getLogger(__name__)

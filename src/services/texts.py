@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from src.lang import lang_of
+
 TEXTS: dict[str, dict[str, str]] = {
     "ru": {
         "greeting": (
@@ -146,13 +148,6 @@ TEXTS: dict[str, dict[str, str]] = {
         "please try again a bit later.",
     },
 }
-
-
-def lang_of(language_code: str | None) -> str:
-    """Return `ru` or `en` for a Telegram language code (Russian speakers get Russian)."""
-    if language_code and language_code.lower().split("-")[0] in ("ru", "uk", "be", "kk"):
-        return "ru"
-    return "en" if language_code else "ru"
 
 
 def t(key: str, language_code: str | None = None, **values: object) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import datetime
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -14,7 +15,7 @@ from src.storage.base import Conn, Repository, clean_text
 ROLES = frozenset({"user", "assistant", "tool", "system"})
 
 SELECT_LATEST_CONVERSATION = """
-SELECT id FROM conversations WHERE telegram_user_id = %s
+SELECT id, last_message_at, ended_at FROM conversations WHERE telegram_user_id = %s
 ORDER BY created_at DESC, id DESC LIMIT 1
 """
 INSERT_CONVERSATION = "INSERT INTO conversations (id, telegram_user_id) VALUES (%s, %s)"
@@ -29,39 +30,78 @@ WITH n AS (
     UPDATE conversations
     SET next_message_number = next_message_number + 1, last_message_at = clock_timestamp()
     WHERE id = %s
-    RETURNING id, next_message_number - 1 AS number
+    RETURNING id, next_message_number - 1 AS number, last_message_at
 )
-INSERT INTO messages (conversation_id, number, role, content, meta)
-SELECT id, number, %s, %s, %s FROM n
-RETURNING id, number, role, content, created_at, meta
+INSERT INTO messages (conversation_id, number, role, content, meta, facts_extracted, created_at)
+SELECT id, number, %s, %s, %s, %s, last_message_at FROM n
+RETURNING id, number, role, content, created_at, meta, summarized, facts_extracted
 """
+# MAX_STORAGE: beyond the newest `max_storage` live messages, delete the ones memory is
+# done with (summarized and fact-extracted). Squash originals are never deleted: the
+# squash log and search keep pointing at them.
 TRIM_STORAGE = """
 DELETE FROM messages WHERE id IN (
-    SELECT id FROM messages WHERE conversation_id = %s
+    SELECT id FROM messages WHERE conversation_id = %s AND squashed_at IS NULL
     ORDER BY created_at DESC, id DESC OFFSET %s
-)
+) AND summarized AND facts_extracted
 """
 # Uses messages_conv_live_idx: cost depends on `limit`, not on the history's length.
 LOAD_LAST_MESSAGES = """
 SELECT * FROM (
-    SELECT id, number, role, content, created_at, meta FROM messages
-    WHERE conversation_id = %s AND squashed_at IS NULL
+    SELECT id, number, role, content, created_at, meta, summarized, facts_extracted
+    FROM messages WHERE conversation_id = %s AND squashed_at IS NULL
     ORDER BY created_at DESC, id DESC LIMIT %s
 ) last ORDER BY created_at, id
 """
 DELETE_CONVERSATION_MESSAGES = "DELETE FROM messages WHERE conversation_id = %s"
-UPDATE_SUMMARY = """
-UPDATE conversations SET summary = %s, summary_upto_id = GREATEST(summary_upto_id, %s)
-WHERE id = %s
+SET_SUMMARY = "UPDATE conversations SET summary = %s WHERE id = %s"
+MARK_SUMMARIZED = """
+UPDATE messages SET summarized = true WHERE conversation_id = %s AND id = ANY(%s)
+"""
+# /forget: everything stored so far stays out of the summary for good.
+MARK_ALL_SUMMARIZED = """
+UPDATE messages SET summarized = true WHERE conversation_id = %s AND NOT summarized
+"""
+MARK_FACTS_EXTRACTED = """
+UPDATE messages SET facts_extracted = true WHERE conversation_id = %s AND id = ANY(%s)
 """
 END_CONVERSATION = "UPDATE conversations SET ended_at = now() WHERE id = %s AND ended_at IS NULL"
-# Oldest first, from where the running summary stops; bounded by `limit`.
+# Oldest first, in thread order; both use their partial index, so the cost is the
+# backlog's, not the history's.
 SELECT_UNSUMMARIZED = """
-SELECT id, number, role, content, created_at, meta FROM messages
-WHERE conversation_id = %s AND squashed_at IS NULL AND id > %s
+SELECT id, number, role, content, created_at, meta, summarized, facts_extracted FROM messages
+WHERE conversation_id = %s AND squashed_at IS NULL AND NOT summarized
 ORDER BY created_at, id LIMIT %s
 """
-SELECT_MAX_ID = "SELECT COALESCE(max(id), 0) AS id FROM messages WHERE conversation_id = %s"
+SELECT_FACTS_PENDING = """
+SELECT id, number, role, content, created_at, meta, summarized, facts_extracted FROM messages
+WHERE conversation_id = %s AND squashed_at IS NULL AND NOT facts_extracted
+ORDER BY created_at, id LIMIT %s
+"""
+# The conversation and how many user messages wait for fact extraction (at most `cap`).
+SELECT_CONVERSATION_WITH_PENDING = """
+SELECT c.*, (
+    SELECT count(*) FROM (
+        SELECT 1 FROM messages m
+        WHERE m.conversation_id = c.id AND m.squashed_at IS NULL AND NOT m.facts_extracted
+          AND m.role = 'user'
+        LIMIT %s
+    ) p
+) AS facts_pending
+FROM conversations c WHERE c.id = %s
+"""
+# One session's live messages (seed 001): after the previous session's end, up to `until`;
+# the newest `limit`, returned oldest first.
+SELECT_SESSION = """
+SELECT * FROM (
+    SELECT id, number, role, content, created_at, meta, summarized, facts_extracted
+    FROM messages
+    WHERE conversation_id = %(conv)s AND squashed_at IS NULL
+      AND (%(since)s::timestamptz IS NULL OR created_at > %(since)s::timestamptz)
+      AND created_at <= %(until)s::timestamptz
+    ORDER BY created_at DESC, id DESC LIMIT %(limit)s
+) s ORDER BY created_at, id
+"""
 COUNT_MESSAGES = "SELECT count(*) AS n FROM messages WHERE conversation_id = %s"
 
 
@@ -76,6 +116,11 @@ class ConversationRepository(Repository):
         self, telegram_user_id: int, conn: Conn | None = None
     ) -> uuid.UUID:
         """Return the user's latest conversation, creating one if there is none."""
+        return uuid.UUID(str((await self.current(telegram_user_id, conn))["id"]))
+
+    async def current(self, telegram_user_id: int, conn: Conn | None = None) -> dict[str, Any]:
+        """Return the user's latest conversation (id, last message time, end of its last
+        ended session), creating one if there is none."""
         async with self._conn(conn) as c:
             # Nearly always there is one: a single round trip instead of the four of
             # the locked transaction below, which only creation needs.
@@ -83,17 +128,17 @@ class ConversationRepository(Repository):
                 await c.execute(SELECT_LATEST_CONVERSATION, (telegram_user_id,))
             ).fetchone()
             if row is not None:
-                return uuid.UUID(str(row["id"]))
+                return row
         async with self._conn(conn) as c, c.transaction():
             await c.execute(LOCK_USER, (telegram_user_id,))
             row = await (
                 await c.execute(SELECT_LATEST_CONVERSATION, (telegram_user_id,))
             ).fetchone()
             if row is not None:
-                return uuid.UUID(str(row["id"]))
+                return row
             new_id = uuid.uuid4()
             await c.execute(INSERT_CONVERSATION, (new_id, telegram_user_id))
-            return new_id
+            return {"id": new_id, "last_message_at": None, "ended_at": None}
 
     async def get_conversation(
         self, conversation_id: uuid.UUID, conn: Conn | None = None
@@ -118,6 +163,8 @@ class ConversationRepository(Repository):
             role,
             clean_text(content),
             Jsonb(json.loads(clean_text(json.dumps(meta)))) if meta else None,
+            # Only what the user and the assistant say carries facts about the user.
+            role not in ("user", "assistant"),
         )
         async with self._conn(conn) as c:
             row = await (await c.execute(APPEND_MESSAGE, params)).fetchone()
@@ -164,12 +211,30 @@ class ConversationRepository(Repository):
             cur = await c.execute(DELETE_CONVERSATION_MESSAGES, (conversation_id,))
             return cur.rowcount
 
-    async def update_summary(
-        self, conversation_id: uuid.UUID, summary: str, upto_id: int, conn: Conn | None = None
+    async def fold_into_summary(
+        self,
+        conversation_id: uuid.UUID,
+        summary: str,
+        message_ids: list[int],
+        conn: Conn | None = None,
     ) -> None:
-        """Store the running summary and the last message id it covers."""
+        """Store the running summary and mark the messages it now covers, atomically."""
+        async with self._conn(conn) as c, c.transaction():
+            await c.execute(SET_SUMMARY, (clean_text(summary), conversation_id))
+            await c.execute(MARK_SUMMARIZED, (conversation_id, list(message_ids)))
+
+    async def forget_summary(self, conversation_id: uuid.UUID, conn: Conn | None = None) -> None:
+        """Empty the running summary; nothing stored so far will ever be summarized."""
+        async with self._conn(conn) as c, c.transaction():
+            await c.execute(SET_SUMMARY, ("", conversation_id))
+            await c.execute(MARK_ALL_SUMMARIZED, (conversation_id,))
+
+    async def mark_facts_extracted(
+        self, conversation_id: uuid.UUID, message_ids: list[int], conn: Conn | None = None
+    ) -> None:
+        """Record that facts were extracted from these messages."""
         async with self._conn(conn) as c:
-            await c.execute(UPDATE_SUMMARY, (clean_text(summary), upto_id, conversation_id))
+            await c.execute(MARK_FACTS_EXTRACTED, (conversation_id, list(message_ids)))
 
     async def end_conversation(self, conversation_id: uuid.UUID, conn: Conn | None = None) -> None:
         """Mark the conversation ended (its session was compacted)."""
@@ -183,15 +248,39 @@ class ConversationRepository(Repository):
             return int(row["n"]) if row else 0
 
     async def unsummarized(
-        self, conversation_id: uuid.UUID, after_id: int, limit: int, conn: Conn | None = None
+        self, conversation_id: uuid.UUID, limit: int, conn: Conn | None = None
     ) -> list[dict[str, Any]]:
-        """Return up to `limit` live messages after `after_id`, oldest first."""
+        """Return up to `limit` live messages not summarized yet, in thread order."""
         async with self._conn(conn) as c:
-            cur = await c.execute(SELECT_UNSUMMARIZED, (conversation_id, after_id, limit))
+            cur = await c.execute(SELECT_UNSUMMARIZED, (conversation_id, limit))
             return list(await cur.fetchall())
 
-    async def max_message_id(self, conversation_id: uuid.UUID, conn: Conn | None = None) -> int:
-        """Return the id of the conversation's newest message (0 if none)."""
+    async def facts_pending(
+        self, conversation_id: uuid.UUID, limit: int, conn: Conn | None = None
+    ) -> list[dict[str, Any]]:
+        """Return up to `limit` live messages facts were not extracted from, in thread order."""
         async with self._conn(conn) as c:
-            row = await (await c.execute(SELECT_MAX_ID, (conversation_id,))).fetchone()
-            return int(row["id"]) if row else 0
+            cur = await c.execute(SELECT_FACTS_PENDING, (conversation_id, limit))
+            return list(await cur.fetchall())
+
+    async def conversation_for_turn(
+        self, conversation_id: uuid.UUID, facts_every: int, conn: Conn | None = None
+    ) -> dict[str, Any] | None:
+        """Return the conversation with `facts_pending`: user messages awaiting fact
+        extraction, counted up to `facts_every`."""
+        async with self._conn(conn) as c:
+            cur = await c.execute(SELECT_CONVERSATION_WITH_PENDING, (facts_every, conversation_id))
+            return await cur.fetchone()
+
+    async def session_messages(
+        self,
+        conversation_id: uuid.UUID,
+        since: datetime | None,
+        until: datetime,
+        limit: int,
+        conn: Conn | None = None,
+    ) -> list[dict[str, Any]]:
+        """Return the newest `limit` live messages in (since, until], oldest first."""
+        params = {"conv": conversation_id, "since": since, "until": until, "limit": limit}
+        async with self._conn(conn) as c:
+            return list(await (await c.execute(SELECT_SESSION, params)).fetchall())

@@ -53,16 +53,30 @@ SELECT * FROM fact_changes WHERE telegram_user_id = %s
 ORDER BY changed_at DESC, id DESC LIMIT %s
 """
 DELETE_FACTS = "DELETE FROM facts WHERE telegram_user_id = %s"
+# MAX_FACTS: keep the most important facts, the most recently confirmed first among equals.
+PRUNE_FACTS = """
+DELETE FROM facts WHERE telegram_user_id = %s AND id NOT IN (
+    SELECT id FROM facts WHERE telegram_user_id = %s
+    ORDER BY importance DESC, updated_at DESC, id DESC LIMIT %s
+)
+"""
 DELETE_FACT_CHANGES = "DELETE FROM fact_changes WHERE telegram_user_id = %s"
 
 INSERT_COMPACT = """
 INSERT INTO session_compacts
     (telegram_user_id, conversation_id, summary, topics, last_action, created_at)
 VALUES (%s, %s, %s, %s, %s, COALESCE(%s, now()))
-ON CONFLICT (conversation_id) DO UPDATE SET
-    summary = EXCLUDED.summary, topics = EXCLUDED.topics,
-    last_action = EXCLUDED.last_action, created_at = EXCLUDED.created_at
+ON CONFLICT (conversation_id, created_at) DO UPDATE SET
+    summary = EXCLUDED.summary, topics = EXCLUDED.topics, last_action = EXCLUDED.last_action
 WHERE session_compacts.telegram_user_id = EXCLUDED.telegram_user_id
+RETURNING *
+"""
+# A plain-text stand-in, stored while the model is slow, never replaces the model's compact.
+INSERT_COMPACT_IF_NONE = """
+INSERT INTO session_compacts
+    (telegram_user_id, conversation_id, summary, topics, last_action, created_at)
+VALUES (%s, %s, %s, %s, %s, COALESCE(%s, now()))
+ON CONFLICT (conversation_id, created_at) DO NOTHING
 RETURNING *
 """
 # Keep only the newest `keep` compacts of the user.
@@ -73,10 +87,8 @@ DELETE FROM session_compacts WHERE telegram_user_id = %s AND id NOT IN (
 )
 """
 SELECT_COMPACTS = """
-SELECT * FROM session_compacts
-WHERE telegram_user_id = %(user)s
-  AND (%(exclude)s::uuid IS NULL OR conversation_id IS DISTINCT FROM %(exclude)s::uuid)
-ORDER BY created_at DESC, id DESC LIMIT %(limit)s
+SELECT * FROM session_compacts WHERE telegram_user_id = %s
+ORDER BY created_at DESC, id DESC LIMIT %s
 """
 DELETE_COMPACTS = "DELETE FROM session_compacts WHERE telegram_user_id = %s"
 
@@ -160,10 +172,15 @@ class MemoryRepository(Repository):
         telegram_user_id: int,
         facts: Iterable[dict[str, Any]],
         source_conversation_id: uuid.UUID | None = None,
+        keep: int = 0,
+        conn: Conn | None = None,
     ) -> int:
-        """Store extracted facts (key, value, type, importance) in one transaction."""
+        """Store extracted facts (key, value, type, importance) in one transaction.
+
+        With `keep` > 0, only the user's `keep` most important facts remain afterwards.
+        """
         stored = 0
-        async with self.pool.connection() as c, c.transaction():
+        async with self._conn(conn) as c, c.transaction():
             for fact in facts:
                 await self.upsert_fact(
                     telegram_user_id,
@@ -175,6 +192,8 @@ class MemoryRepository(Repository):
                     conn=c,
                 )
                 stored += 1
+            if keep > 0:
+                await c.execute(PRUNE_FACTS, (telegram_user_id, telegram_user_id, keep))
         return stored
 
     async def list_facts(
@@ -219,8 +238,14 @@ class MemoryRepository(Repository):
         keep: int = 5,
         conn: Conn | None = None,
         created_at: datetime | None = None,
+        replace: bool = True,
     ) -> dict[str, Any] | None:
-        """Store (or refresh) a conversation's compact; keep the user's newest `keep`."""
+        """Store (or refresh) a session's compact; keep the user's newest `keep`.
+
+        A session is identified by its conversation and `created_at`, the time of its
+        last message: compacting the same session again replaces its compact, unless
+        `replace` is false (then an existing compact stays).
+        """
         params = (
             telegram_user_id,
             conversation_id,
@@ -230,22 +255,17 @@ class MemoryRepository(Repository):
             created_at,
         )
         async with self._conn(conn) as c, c.transaction():
-            row = await (await c.execute(INSERT_COMPACT, params)).fetchone()
+            sql = INSERT_COMPACT if replace else INSERT_COMPACT_IF_NONE
+            row = await (await c.execute(sql, params)).fetchone()
             await c.execute(PRUNE_COMPACTS, (telegram_user_id, telegram_user_id, keep))
             return row
 
     async def list_compacts(
-        self,
-        telegram_user_id: int,
-        limit: int = 5,
-        conn: Conn | None = None,
-        exclude_conversation: uuid.UUID | str | None = None,
+        self, telegram_user_id: int, limit: int = 5, conn: Conn | None = None
     ) -> list[dict[str, Any]]:
-        """Return the user's newest compacts, newest first, maybe without one conversation's."""
-        exclude = uuid.UUID(str(exclude_conversation)) if exclude_conversation else None
+        """Return the compacts of the user's ended sessions, newest first."""
         async with self._conn(conn) as c:
-            params = {"user": telegram_user_id, "exclude": exclude, "limit": limit}
-            cur = await c.execute(SELECT_COMPACTS, params)
+            cur = await c.execute(SELECT_COMPACTS, (telegram_user_id, limit))
             return list(await cur.fetchall())
 
     async def delete_compacts(self, telegram_user_id: int, conn: Conn | None = None) -> int:

@@ -15,7 +15,8 @@ from src.storage.base import Conn, Repository, clean_text
 # rows already squashed and fails cleanly. Appends are not blocked (the conversation row,
 # whose lock serializes appends, is not touched: the summary reuses the run's first number).
 LOCK_RUN = """
-SELECT id, number, role, content, meta, created_at, squashed_at FROM messages
+SELECT id, number, role, content, meta, created_at, squashed_at, summarized, facts_extracted
+FROM messages
 WHERE conversation_id = %s AND id = ANY(%s)
 ORDER BY created_at, id
 FOR UPDATE
@@ -30,11 +31,15 @@ UPDATE messages SET squashed_at = %s, squash_id = %s
 WHERE conversation_id = %s AND id = ANY(%s)
 """
 # created_at of the run's first message: ordering by (created_at, id) puts the summary
-# exactly where the run stood (only the squashed original can tie with it).
+# exactly where the run stood (only the squashed original can tie with it). The summary
+# is the model's text, so it is an assistant message (never system: it is no instruction),
+# and it inherits the memory marks of what it replaced: it reaches the summarizer and the
+# fact extractor only if some of the originals had not.
 INSERT_SUMMARY = """
-INSERT INTO messages (conversation_id, number, role, content, created_at, meta)
-VALUES (%s, %s, 'system', %s, %s, %s)
-RETURNING id, number, role, content, created_at, meta
+INSERT INTO messages
+    (conversation_id, number, role, content, created_at, meta, summarized, facts_extracted)
+VALUES (%s, %s, 'assistant', %s, %s, %s, %s, %s)
+RETURNING id, number, role, content, created_at, meta, summarized, facts_extracted
 """
 LINK_SUMMARY = "UPDATE squash_log SET summary_message_id = %s WHERE id = %s"
 # Seed 000's window counts messages; N messages became one, so the window shrinks by N-1
@@ -117,7 +122,15 @@ class SquashRepository(Repository):
             summary_row = await (
                 await c.execute(
                     INSERT_SUMMARY,
-                    (conversation_id, first["number"], text, first["created_at"], Jsonb(meta)),
+                    (
+                        conversation_id,
+                        first["number"],
+                        text,
+                        first["created_at"],
+                        Jsonb(meta),
+                        all(r["summarized"] for r in rows),
+                        all(r["facts_extracted"] for r in rows),
+                    ),
                 )
             ).fetchone()
             assert summary_row is not None

@@ -10,6 +10,25 @@ consume a scripted reply, so a client's retry gets the reply that was meant for 
 `empty_next` answers 200 with one choice whose content is "" (mode="content", the default)
 or with `choices: []` (mode="choices").
 
+Scripted faults: a `Fault` used as a reply (queued with `script`/`script_for`, set as
+`default_reply`, or returned by a sync or async callable reply) is answered exactly like
+the matching injected fault (`Fault(500)` like `fail_next`, `Fault(kind="close")` like
+`close_connection_next`, `Fault(kind="malformed")` like `malformed_next`), but it DOES
+consume its scripted slot. So `script_for("m", Fault(500), Fault(500), "ok")` fails the
+first two requests for model "m" only, and the third gets "ok". Injected faults are
+answered before scripted replies are looked at.
+
+Structured output: `response_format` is validated the way OpenAI validates it: an object
+whose `type` is "text", "json_object" or "json_schema"; "json_object" needs the word
+"json" somewhere in the messages; "json_schema" needs a `json_schema` object with a valid
+`name` and a `schema` object, and with `strict: true` every object in the schema must set
+`"additionalProperties": false` and list all its properties in `required`, with an object
+at the root. With `supports_structured_output = False` the server answers "json_schema"
+like an older self-hosted OpenAI-compatible server: 400 "not supported". The reply content
+is still whatever is scripted. A rejected request is answered 400 at once and recorded,
+but consumes no injected fault, delay or scripted reply, so a client's fallback request
+gets the reply that was meant for it.
+
 Standalone use: `python -m tests.fakes.openai_server --port 0 --reply "text"` prints
 `READY <base_url>` and serves until interrupted.
 """
@@ -21,16 +40,48 @@ import asyncio
 import inspect
 import itertools
 import json
+import re
 import signal
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Self
 
 from aiohttp import web
 
-Reply = str | dict[str, Any] | Callable[[dict[str, Any]], Any]
+FAULT_KINDS = ("status", "close", "malformed")
+RESPONSE_FORMAT_TYPES = ("text", "json_object", "json_schema")
+_SCHEMA_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Describe a scripted reply that fails like an injected fault.
+
+    kind="status" answers HTTP `status` with an OpenAI-style error, or with `body` (a str
+    is sent as is, anything else as JSON); kind="close" drops the connection; and
+    kind="malformed" answers 200 with a body that is not valid JSON.
+    """
+
+    status: int = 500
+    body: Any = None
+    kind: str = "status"
+
+    def __post_init__(self) -> None:
+        # A fault that cannot happen would make a test pass for the wrong reason.
+        if self.kind not in FAULT_KINDS:
+            raise ValueError(f"Fault kind must be one of {FAULT_KINDS}, got {self.kind!r}")
+        if self.kind == "status" and not 400 <= self.status <= 599:
+            raise ValueError(f"Fault status must be an HTTP error (400-599), got {self.status}")
+
+    def spec(self) -> tuple[Any, ...]:
+        """Return the injected-fault tuple this fault is answered as."""
+        return ("status", self.status, self.body) if self.kind == "status" else (self.kind,)
+
+
+Reply = str | dict[str, Any] | Fault | Callable[[dict[str, Any]], Any]
 
 
 class BackgroundAiohttpServer:
@@ -157,6 +208,7 @@ class FakeOpenAI(BackgroundAiohttpServer):
         super().__init__(host, port)
         self.default_reply: Reply = echo_reply
         self.delay: float = 0.0
+        self.supports_structured_output = True
         self.concurrency_key: Callable[[dict[str, Any]], Any] | None = None
         self.models: list[str] = ["gpt-4o-mini", "gpt-4.1-mini", "fake-model"]
         self.requests: list[dict[str, Any]] = []
@@ -254,12 +306,13 @@ class FakeOpenAI(BackgroundAiohttpServer):
             self._delays.clear()
 
     def reset(self) -> None:
-        """Clear everything and restore the default reply, delay and concurrency key."""
+        """Clear everything and restore the default reply, delay, concurrency key and flags."""
         with self._lock:
             self.clear()
             self.default_reply = echo_reply
             self.delay = 0.0
             self.concurrency_key = None
+            self.supports_structured_output = True
 
     def _build_app(self) -> web.Application:
         app = web.Application()
@@ -273,7 +326,10 @@ class FakeOpenAI(BackgroundAiohttpServer):
         return web.json_response({"object": "list", "data": data})
 
     def _admit(self, body: dict[str, Any]) -> tuple[Any, tuple[Any, ...] | None, float, Reply]:
-        """Record a request, track concurrency and pick its fault, delay and reply."""
+        """Record a request, track concurrency and pick its fault, delay and reply.
+
+        An invalid request gets an ("invalid", message) fault and consumes nothing else.
+        """
         key = None
         if self.concurrency_key is not None:
             try:
@@ -289,6 +345,9 @@ class FakeOpenAI(BackgroundAiohttpServer):
                     self.overlaps += 1
                     self.overlap_keys.append(key)
                 self._in_flight_keys[key] = self._in_flight_keys.get(key, 0) + 1
+            problem = response_format_problem(body, self.supports_structured_output)
+            if problem is not None:
+                return key, ("invalid", problem), 0.0, self.default_reply
             delay = self._delays.popleft() if self._delays else self.delay
             fault = self._faults.popleft() if self._faults else None
             reply: Reply = self.default_reply
@@ -323,6 +382,8 @@ class FakeOpenAI(BackgroundAiohttpServer):
                 reply = reply(body)
                 if inspect.isawaitable(reply):
                     reply = await reply
+            if isinstance(reply, Fault):
+                return await self._fault(request, reply.spec(), body)
             return await self._answer(request, body, _normalize(reply))
         finally:
             self._release(key, started)
@@ -331,6 +392,8 @@ class FakeOpenAI(BackgroundAiohttpServer):
         self, request: web.Request, fault: tuple[Any, ...], body: dict[str, Any]
     ) -> web.StreamResponse:
         kind = fault[0]
+        if kind == "invalid":
+            return _error(400, fault[1], "invalid_request_error", param="response_format")
         if kind == "status":
             status, payload = fault[1], fault[2]
             if payload is None:
@@ -441,13 +504,148 @@ def _normalize(reply: Any) -> dict[str, Any]:
         if content is None and not reply.get("tool_calls"):
             content = ""
         return {"content": content, "tool_calls": reply.get("tool_calls") or []}
-    raise TypeError(f"scripted reply must be str, dict or callable, got {type(reply).__name__}")
+    raise TypeError(
+        f"scripted reply must be str, dict, Fault or callable, got {type(reply).__name__}"
+    )
 
 
-def _error(status: int, message: str, kind: str) -> web.Response:
+def _error(status: int, message: str, kind: str, param: str | None = None) -> web.Response:
     """Return an OpenAI-style error response."""
-    error = {"message": message, "type": kind, "param": None, "code": None}
+    error = {"message": message, "type": kind, "param": param, "code": None}
     return web.json_response({"error": error}, status=status)
+
+
+def _bad_type(param: str, expected: str, value: Any) -> str:
+    """Word a wrong-type error the way OpenAI does."""
+    if value is None:
+        got = "null"
+    elif isinstance(value, bool):
+        got = "a boolean"
+    elif isinstance(value, int):
+        got = "an integer"
+    elif isinstance(value, float):
+        got = "a decimal"
+    elif isinstance(value, str):
+        got = "a string"
+    else:
+        got = "an array" if isinstance(value, list) else "an object"
+    return f"Invalid type for '{param}': expected {expected}, but got {got} instead."
+
+
+def response_format_problem(body: dict[str, Any], supports_json_schema: bool = True) -> str | None:
+    """Return why OpenAI would reject the request's `response_format`, or None if it is fine."""
+    if "response_format" not in body:
+        return None
+    fmt = body["response_format"]
+    if not isinstance(fmt, dict):
+        return _bad_type("response_format", "an object", fmt)
+    kind = fmt.get("type")
+    if kind is None:
+        return "Missing required parameter: 'response_format.type'."
+    if not isinstance(kind, str):
+        return _bad_type("response_format.type", "a string", kind)
+    if kind not in RESPONSE_FORMAT_TYPES:
+        return (
+            f"Invalid value: '{kind}'. Supported values are: "
+            "'text', 'json_object', and 'json_schema'."
+        )
+    if kind == "json_schema" and not supports_json_schema:
+        return "response_format type 'json_schema' is not supported"
+    if kind == "json_object":
+        if not any("json" in message_text(m).lower() for m in _messages(body)):
+            return (
+                "'messages' must contain the word 'json' in some form, to use "
+                "'response_format' of type 'json_object'."
+            )
+        return None
+    if kind == "json_schema":
+        return _json_schema_problem(fmt.get("json_schema"))
+    return None
+
+
+def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """Return the request's messages that are objects."""
+    messages = body.get("messages")
+    return [m for m in messages if isinstance(m, dict)] if isinstance(messages, list) else []
+
+
+def _json_schema_problem(spec: Any) -> str | None:
+    """Return why a `response_format.json_schema` object is invalid, or None."""
+    where = "response_format.json_schema"
+    if spec is None:
+        return f"Missing required parameter: '{where}'."
+    if not isinstance(spec, dict):
+        return _bad_type(where, "an object", spec)
+    name = spec.get("name")
+    if name is None:
+        return f"Missing required parameter: '{where}.name'."
+    if not isinstance(name, str) or not _SCHEMA_NAME.fullmatch(name):
+        return (
+            f"Invalid '{where}.name': string does not match pattern. "
+            "Expected a string that matches the pattern '^[a-zA-Z0-9_-]{1,64}$'."
+        )
+    schema = spec.get("schema")
+    if schema is None:
+        return f"Missing required parameter: '{where}.schema'."
+    if not isinstance(schema, dict):
+        return _bad_type(f"{where}.schema", "an object", schema)
+    strict = spec.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        return _bad_type(f"{where}.strict", "a boolean", strict)
+    if not strict:
+        return None
+    problem = _strict_root_problem(schema) or _strict_schema_problem(schema, ())
+    return None if problem is None else f"Invalid schema for response_format '{name}': {problem}"
+
+
+def _strict_root_problem(schema: dict[str, Any]) -> str | None:
+    """Return why a strict schema's root is not an object, or None."""
+    if schema.get("type") == "object":
+        return None
+    got = schema.get("type")
+    shown = got if isinstance(got, str) else json.dumps(got)
+    return f"schema must be a JSON Schema of 'type: \"object\"', got 'type: \"{shown}\"'."
+
+
+def _strict_schema_problem(schema: Any, context: tuple[str, ...]) -> str | None:
+    """Return the first strict-mode violation in a (sub)schema, naming where it is, or None."""
+    if not isinstance(schema, dict):
+        return f"In context={context}, schema must be a JSON Schema object."
+    types = schema.get("type")
+    is_object = types == "object" or (isinstance(types, list) and "object" in types)
+    properties = schema.get("properties")
+    if is_object or properties is not None:
+        if schema.get("additionalProperties") is not False:
+            return (
+                f"In context={context}, 'additionalProperties' is required to be supplied "
+                "and to be false."
+            )
+        keys = list(properties) if isinstance(properties, dict) else []
+        required = schema.get("required")
+        listed = required if isinstance(required, list) else []
+        missing = [k for k in keys if k not in listed]
+        if not isinstance(required, list) or missing:
+            shown = f" Missing '{missing[0]}'." if missing else ""
+            return (
+                f"In context={context}, 'required' is required to be supplied and to be an "
+                f"array including every key in properties.{shown}"
+            )
+        extra = [k for k in listed if k not in keys]
+        if extra:
+            return f"In context={context}, Extra required key '{extra[0]}' supplied."
+    children: list[tuple[tuple[str, ...], Any]] = []
+    for key in ("properties", "$defs", "definitions"):
+        if isinstance(schema.get(key), dict):
+            children += [((*context, key, name), sub) for name, sub in schema[key].items()]
+    if "items" in schema:
+        children.append(((*context, "items"), schema["items"]))
+    if isinstance(schema.get("anyOf"), list):
+        children += [((*context, "anyOf", str(i)), sub) for i, sub in enumerate(schema["anyOf"])]
+    for where, sub in children:
+        problem = _strict_schema_problem(sub, where)
+        if problem is not None:
+            return problem
+    return None
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -457,11 +655,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--reply", default=None, help="fixed reply text (default: echo)")
     parser.add_argument("--delay", type=float, default=0.0, help="seconds before each answer")
+    parser.add_argument(
+        "--no-structured-output",
+        action="store_true",
+        help="reject response_format of type json_schema like an older server",
+    )
     args = parser.parse_args(argv)
     server = FakeOpenAI(args.host, args.port)
     if args.reply is not None:
         server.default_reply = args.reply
     server.delay = args.delay
+    server.supports_structured_output = not args.no_structured_output
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())

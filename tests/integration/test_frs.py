@@ -7,7 +7,7 @@ import sys
 import uuid
 from typing import Any
 
-from src.graph.context import ROLE_LABELS
+from src.graph.context.render import ROLE_LABELS
 from src.services.agent_service import Identity
 from src.services.texts import t
 from tests.fakes.openai_server import message_text

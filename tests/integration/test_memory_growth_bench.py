@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench import memory_growth as bench
-from src.graph.context import Layers
+from src.graph.context.budget import Layers
 from src.graph.tokens import ApproxCounter
 from tests.fakes import openai_server
 

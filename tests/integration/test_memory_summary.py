@@ -15,7 +15,7 @@ import pytest
 
 from src.graph import prompts
 from src.graph.main_graph import make_tools
-from src.graph.summarizer import PROMPT_RESERVE, summarize_overflow, summary_limits
+from src.graph.memory.summarizer import PROMPT_RESERVE, summarize_overflow, summary_limits
 from src.graph.tokens import PER_MESSAGE_OVERHEAD, ApproxCounter, count_tools
 from src.services.agent_service import Identity
 from tests.fakes.openai_server import echo_reply, message_text

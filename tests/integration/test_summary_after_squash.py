@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from src.graph.summarizer import find_overflow
+from src.graph.memory.summarizer import find_overflow
 from src.storage.squash_repo import SquashRepository
 
 

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from src.graph.facts import load_json, normalize_key, parse_facts
+from src.graph.memory.facts import normalize_key, parse_facts
+from src.graph.memory.structured import load_json
 from src.services.compaction import COMPACT_CHARS, fallback_compact, parse_compact
 
 GOOD = [

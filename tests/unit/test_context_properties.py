@@ -10,7 +10,9 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from src.config import Settings
 from src.graph import prompts
-from src.graph.context import Layers, build_context, system_sections
+from src.graph.context.assemble import build_context
+from src.graph.context.budget import Layers
+from src.graph.context.sections import system_sections
 from src.graph.tokens import ApproxCounter, count_messages
 
 COUNTER = ApproxCounter()

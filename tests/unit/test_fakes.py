@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import subprocess
 import sys
@@ -13,17 +14,20 @@ import urllib.request
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import openai
 import pytest
 import telegram
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
+from pydantic import BaseModel
 from telegram.error import BadRequest, Forbidden, InvalidToken, RetryAfter
 
 from tests.fakes.bot_api_server import FakeBotAPI, compute_entities
-from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI, Fault
 
 TOKEN = "123456:TEST-TOKEN"
 ROOT = Path(__file__).resolve().parents[2]
@@ -182,6 +186,314 @@ def test_standalone_process() -> None:
     finally:
         proc.terminate()
         proc.wait(5)
+
+
+class Address(BaseModel):
+    """A postal address."""
+
+    city: str
+    zip_code: str | None = None
+
+
+class Person(BaseModel):
+    """A person with tags and a home address."""
+
+    name: str
+    tags: list[str]
+    home: Address
+
+
+PERSON = {"name": "Ann", "tags": ["a", "b"], "home": {"city": "Oslo", "zip_code": None}}
+STRICT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "home": {"$ref": "#/$defs/Address"},
+    },
+    "required": ["name", "tags", "home"],
+    "additionalProperties": False,
+    "$defs": {
+        "Address": {
+            "type": "object",
+            "properties": {"city": {"anyOf": [{"type": "string"}, {"type": "null"}]}},
+            "required": ["city"],
+            "additionalProperties": False,
+        }
+    },
+}
+
+
+def sdk(srv: FakeOpenAI) -> openai.OpenAI:
+    """Build a real OpenAI SDK client pointed at the fake server, without retries."""
+    return openai.OpenAI(base_url=srv.base_url, api_key="test", max_retries=0)
+
+
+def schema_format(schema: dict[str, Any], name: str = "person", strict: bool = True) -> Any:
+    """Wrap a JSON schema as a `response_format` of type json_schema."""
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": name, "schema": schema, "strict": strict},
+    }
+
+
+def chat(srv: FakeOpenAI, response_format: Any, text: str = "hi", **kw: Any) -> Any:
+    """Send one chat completion with a `response_format` through the OpenAI SDK."""
+    return sdk(srv).chat.completions.create(
+        model="gpt-4o-mini",
+        messages=[{"role": "user", "content": text}],
+        response_format=response_format,
+        **kw,
+    )
+
+
+def openai_error(message: str) -> dict[str, Any]:
+    """Return the error object OpenAI sends for a rejected `response_format`."""
+    return {
+        "message": message,
+        "type": "invalid_request_error",
+        "param": "response_format",
+        "code": None,
+    }
+
+
+def test_strict_json_schema_answered(srv: FakeOpenAI) -> None:
+    """Accept a strict-conforming json_schema and answer the scripted JSON, also streamed."""
+    srv.script(json.dumps(PERSON), json.dumps(PERSON))
+    reply = chat(srv, schema_format(STRICT_SCHEMA))
+    assert json.loads(reply.choices[0].message.content or "") == PERSON
+    assert srv.last_request()["response_format"] == schema_format(STRICT_SCHEMA)  # type: ignore[index]
+    chunks = chat(srv, schema_format(STRICT_SCHEMA), stream=True)
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert json.loads(streamed) == PERSON
+    assert chat(srv, {"type": "text"}).choices[0].message.content == "ok: hi"
+
+
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")  # SDK stream parsing quirk
+async def test_with_structured_output_round_trip(srv: FakeOpenAI) -> None:
+    """Parse a pydantic model through with_structured_output(method="json_schema")."""
+    srv.script(*[json.dumps(PERSON)] * 3)
+    structured = llm(srv, model="gpt-4o-mini").with_structured_output(Person, method="json_schema")
+    assert structured.invoke("who?") == Person.model_validate(PERSON)
+    sent = srv.last_request()["response_format"]  # type: ignore[index]
+    assert sent["type"] == "json_schema" and sent["json_schema"]["name"] == "Person"
+    assert sent["json_schema"]["strict"] is True
+    assert sent["json_schema"]["schema"]["$defs"]["Address"]["additionalProperties"] is False
+    assert await structured.ainvoke("who?") == Person.model_validate(PERSON)
+    streaming = llm(srv, model="gpt-4o-mini", streaming=True)
+    assert streaming.with_structured_output(Person, method="json_schema").invoke("who?") == (
+        Person.model_validate(PERSON)
+    )
+    assert srv.last_request()["stream"] is True  # type: ignore[index]
+    assert srv.pending_replies() == 0
+
+
+def _drop(schema: dict[str, Any]) -> None:
+    del schema["additionalProperties"]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "problem"),
+    [
+        (_drop, "In context=(), 'additionalProperties' is required to be supplied and to be false"),
+        (lambda s: s["required"].remove("tags"), "In context=(), 'required' is required"),
+        (
+            lambda s: s["$defs"]["Address"].update(additionalProperties=True),
+            "In context=('$defs', 'Address'), 'additionalProperties'",
+        ),
+        (
+            lambda s: s["properties"]["tags"].update(
+                items={"type": "object", "properties": {"x": {}}, "required": ["x"]}
+            ),
+            "In context=('properties', 'tags', 'items'), 'additionalProperties'",
+        ),
+        (
+            lambda s: s["$defs"]["Address"]["properties"]["city"]["anyOf"].append(
+                {"type": "object", "properties": {"y": {}}, "additionalProperties": False}
+            ),
+            "In context=('$defs', 'Address', 'properties', 'city', 'anyOf', '2'), 'required'",
+        ),
+        (lambda s: s.update(type="array"), "schema must be a JSON Schema of 'type: \"object\"'"),
+    ],
+    ids=["root", "required", "defs", "items", "anyof", "root-type"],
+)
+def test_non_strict_schema_rejected(srv: FakeOpenAI, mutate: Any, problem: str) -> None:
+    """Reject a strict schema that breaks OpenAI's rules, consuming no scripted reply."""
+    schema = copy.deepcopy(STRICT_SCHEMA)
+    mutate(schema)
+    srv.script("{}")
+    with pytest.raises(openai.BadRequestError) as info:
+        chat(srv, schema_format(schema))
+    assert info.value.status_code == 400
+    message = info.value.body["message"]  # type: ignore[index]
+    assert message.startswith("Invalid schema for response_format 'person': ")
+    assert problem in message
+    assert info.value.body == openai_error(message)
+    assert srv.requests[-1]["response_format"]["json_schema"]["schema"] == schema
+    with pytest.raises(openai.BadRequestError, match="Invalid schema"):
+        chat(srv, schema_format(schema), stream=True)
+    assert srv.pending_replies() == 1 and len(srv.requests) == 2
+    assert chat(srv, schema_format(schema, strict=False)).choices[0].message.content == "{}"
+
+
+@pytest.mark.parametrize(
+    ("response_format", "problem"),
+    [
+        ("json", "Invalid type for 'response_format': expected an object, but got a string"),
+        ({}, "Missing required parameter: 'response_format.type'."),
+        ({"type": "xml"}, "Invalid value: 'xml'. Supported values are"),
+        ({"type": "json_schema"}, "Missing required parameter: 'response_format.json_schema'."),
+        (schema_format(STRICT_SCHEMA, name="a person"), "string does not match pattern"),
+        (schema_format(STRICT_SCHEMA, name="p" * 65), "string does not match pattern"),
+        (
+            {"type": "json_schema", "json_schema": {"name": "person"}},
+            "Missing required parameter: 'response_format.json_schema.schema'.",
+        ),
+        (
+            {"type": "json_schema", "json_schema": {"name": "p", "schema": {}, "strict": "yes"}},
+            "'response_format.json_schema.strict': expected a boolean",
+        ),
+    ],
+    ids=[
+        "not-object",
+        "no-type",
+        "bad-type",
+        "no-json-schema",
+        "name",
+        "long-name",
+        "no-schema",
+        "strict",
+    ],
+)
+def test_invalid_response_format_rejected(
+    srv: FakeOpenAI, response_format: Any, problem: str
+) -> None:
+    """Answer a malformed response_format with an OpenAI-style 400 before any injected fault."""
+    srv.fail_next(1, status=503)
+    body = {"model": "m", "messages": [{"role": "user", "content": "json"}]}
+    url = f"{srv.base_url}/chat/completions"
+    rejected = httpx.post(url, json={**body, "response_format": response_format}, timeout=5)
+    assert rejected.status_code == 400
+    error = rejected.json()["error"]
+    assert problem in error["message"] and error == openai_error(error["message"])
+    assert srv.last_request() == {**body, "response_format": response_format}
+    assert httpx.post(url, json=body, timeout=5).status_code == 503
+    assert httpx.post(url, json=body, timeout=5).status_code == 200
+
+
+def test_json_object_needs_json_in_messages(srv: FakeOpenAI) -> None:
+    """Reject json_object unless a message mentions JSON, as OpenAI does."""
+    srv.script('{"a": 1}')
+    with pytest.raises(openai.BadRequestError, match="must contain the word 'json'") as info:
+        chat(srv, {"type": "json_object"}, text="give me an object")
+    assert info.value.body == openai_error(
+        "'messages' must contain the word 'json' in some form, to use 'response_format' of "
+        "type 'json_object'."
+    )
+    reply = chat(srv, {"type": "json_object"}, text="Answer in JSON.")
+    assert reply.choices[0].message.content == '{"a": 1}'
+    structured = llm(srv, model="gpt-4o-mini").with_structured_output(method="json_mode")
+    with pytest.raises(openai.BadRequestError):
+        structured.invoke("an object please")
+    srv.script('{"b": 2}')
+    assert structured.invoke([("system", "Reply with a Json object."), ("user", "b")]) == {"b": 2}
+
+
+def test_structured_output_unsupported(srv: FakeOpenAI) -> None:
+    """Reject json_schema like an older server so a client can fall back to tool calls."""
+    srv.supports_structured_output = False
+    srv.script({"tool_calls": [{"name": "Person", "args": PERSON}]})
+    with pytest.raises(openai.BadRequestError) as info:
+        chat(srv, schema_format(STRICT_SCHEMA))
+    assert info.value.body == openai_error("response_format type 'json_schema' is not supported")
+    model = llm(srv, model="gpt-4o-mini")
+    with pytest.raises(openai.BadRequestError, match="not supported"):
+        model.with_structured_output(Person, method="json_schema").invoke("who?")
+    fallback = model.with_structured_output(Person, method="function_calling")
+    assert fallback.invoke("who?") == Person.model_validate(PERSON)
+    assert srv.requests[-1]["tools"][0]["function"]["name"] == "Person"
+    assert len(srv.requests) == 3 and srv.pending_replies() == 0
+    assert chat(srv, {"type": "json_object"}, text="json").choices[0].message.content
+    srv.reset()
+    assert srv.supports_structured_output is True
+    srv.script("{}")
+    assert chat(srv, schema_format(STRICT_SCHEMA)).choices[0].message.content == "{}"
+
+
+def test_scripted_faults_per_model(srv: FakeOpenAI) -> None:
+    """Fail only the scripted model, consuming one slot per Fault, unlike fail_next."""
+    srv.script_for("summary-model", Fault(500), Fault(429), "summary")
+    srv.script("general")
+    summary = llm(srv, model="summary-model")
+    with pytest.raises(openai.InternalServerError):
+        summary.invoke("a")
+    assert llm(srv, model="gpt-4o-mini").invoke("b").content == "general"
+    with pytest.raises(openai.RateLimitError):
+        summary.invoke("c")
+    assert summary.invoke("d").content == "summary"
+    assert len(srv.requests_for("summary-model")) == 3 and srv.pending_replies() == 0
+    srv.script(Fault(503), "after")
+    srv.fail_next(1)
+    with pytest.raises(openai.InternalServerError, match="fake error 500"):
+        summary.invoke("e")
+    with pytest.raises(openai.InternalServerError, match="fake error 503"):
+        summary.invoke("f")
+    assert summary.invoke("g").content == "after"
+
+
+def test_scripted_fault_kinds(srv: FakeOpenAI) -> None:
+    """Answer each Fault kind like the matching injected fault, streaming included."""
+    not_found = {
+        "error": {
+            "message": "The model 'x' does not exist",
+            "type": "invalid_request_error",
+            "param": "model",
+            "code": "model_not_found",
+        }
+    }
+    srv.script(Fault(kind="close"), Fault(kind="malformed"), Fault(404, body=not_found), Fault(500))
+    model = llm(srv)
+    with pytest.raises(openai.APIConnectionError):
+        model.invoke("x")
+    with pytest.raises(ValueError):
+        model.invoke("x")
+    with pytest.raises(openai.NotFoundError) as info:
+        model.invoke("x")
+    assert info.value.code == "model_not_found"
+    with pytest.raises(openai.InternalServerError):
+        llm(srv, streaming=True).invoke("x")
+    assert srv.pending_replies() == 0 and len(srv.requests) == 4
+    with pytest.raises(ValueError, match="kind"):
+        Fault(kind="timeout")
+    with pytest.raises(ValueError, match="400-599"):
+        Fault(200)
+
+
+async def test_callable_returns_fault(srv: FakeOpenAI) -> None:
+    """Answer a Fault returned by a sync or async callable reply or set as the default."""
+    calls: list[dict[str, Any]] = []
+
+    def flaky(request: dict[str, Any]) -> Any:
+        calls.append(request)
+        return Fault(500) if len(calls) == 1 else f"ok after {len(calls)}"
+
+    async def dropper(request: dict[str, Any]) -> Fault:
+        await asyncio.sleep(0)
+        return Fault(kind="close")
+
+    model = llm(srv)
+    srv.default_reply = flaky
+    with pytest.raises(openai.InternalServerError):
+        await model.ainvoke("x")
+    assert (await model.ainvoke("x")).content == "ok after 2"
+    srv.script(dropper)
+    with pytest.raises(openai.APIConnectionError):
+        await model.ainvoke("x")
+    srv.default_reply = Fault(503)
+    for _ in range(2):
+        with pytest.raises(openai.InternalServerError, match="fake error 503"):
+            await model.ainvoke("x")
+    assert len(srv.requests) == 5
 
 
 def test_compute_entities() -> None:

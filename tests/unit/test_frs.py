@@ -20,8 +20,8 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode
 
-from src.graph.context import _label, render_row, strip_echoed_prefix
-from src.graph.frs_thread import (
+from src.graph.context.render import label, render_row, strip_echoed_prefix
+from src.graph.frs.thread import (
     check_span,
     describe_keys,
     locate,
@@ -31,7 +31,7 @@ from src.graph.frs_thread import (
     rewrite_messages,
     shown_keys,
 )
-from src.graph.frs_tools import make_frs_tools
+from src.graph.frs.tools import make_frs_tools
 from src.graph.main_graph import tool_error_message
 from src.graph.tokens import ApproxCounter
 from src.storage.squash_repo import SquashRepository
@@ -133,7 +133,7 @@ def rendered(thread: list[dict[str, Any]], numbering: str, texts: list[str]) -> 
     messages: list[Any] = [SystemMessage("system prompt", id="sys")]
     for position, (row, text) in enumerate(zip(thread, texts, strict=True), start=1):
         full = {**row, "content": text, "meta": None}
-        message = render_row(full, _label(full, position, numbering))
+        message = render_row(full, label(full, position, numbering))
         message.id = f"m{row['id']}"
         messages.append(message)
     return messages

@@ -9,15 +9,16 @@ the model can make is answered with a tool error it can read, never an exception
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
 from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.types import Command
 
-from src.graph.context import render_row
+from src.graph.context.render import row_tokens
 from src.graph.deps import GraphDeps
-from src.graph.frs_thread import (
+from src.graph.frs.thread import (
     check_span,
     describe_keys,
     protected_from,
@@ -27,8 +28,10 @@ from src.graph.frs_thread import (
     role_label,
     shown_keys,
 )
-from src.graph.tokens import count_messages
+from src.graph.memory.facts import extract_pending
 from src.storage.squash_repo import SquashConflict, SquashRepository
+
+logger = logging.getLogger(__name__)
 
 COMPRESSING = frozenset({"compress_last", "compress_range"})
 PREVIEW_CHARS = 100
@@ -46,7 +49,7 @@ class FrsTools:
 
     def row_tokens(self, row: dict[str, Any]) -> int:
         """Return what one stored message costs in the model's context."""
-        return count_messages([render_row(row, "")], self.deps.counter)
+        return row_tokens(row, self.deps.counter)
 
     @staticmethod
     def error(call_id: str, name: str, text: str) -> ToolMessage:
@@ -88,6 +91,19 @@ class FrsTools:
         if status == "live":
             return f"Error: message {value} is not in the current thread (too old). {shown}"
         return f"Error: there is no message {value}. {shown}"
+
+    async def learn_facts_first(self, state: dict[str, Any], ids: list[int]) -> None:
+        """Extract facts from the messages about to be replaced, while they are verbatim.
+
+        A failure is logged and the squash goes on: the summary inherits the pending
+        mark, so facts are extracted from it later.
+        """
+        try:
+            await extract_pending(
+                self.deps, state["user_id"], uuid.UUID(state["conversation_id"]), only=ids
+            )
+        except Exception:
+            logger.warning("fact extraction before a squash failed", exc_info=True)
 
     # --- the tools ----------------------------------------------------------------------
 
@@ -175,6 +191,7 @@ class FrsTools:
         ids = [thread[i].get("id") for i in range(start, end + 1)]
         if any(i is None for i in ids):
             return self.error(call_id, name, "Error: these messages are not stored yet.")
+        await self.learn_facts_first(state, [int(i) for i in ids if i is not None])
         try:
             result = await self.squashes.squash(
                 uuid.UUID(state["conversation_id"]),

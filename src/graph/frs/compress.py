@@ -24,12 +24,14 @@ from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode
 
 from src.graph import prompts
-from src.graph.context import Layers, _label, group_units, render_row, select_recent
+from src.graph.context.budget import Layers
+from src.graph.context.render import label, render_row, row_tokens
+from src.graph.context.working import group_units, select_recent
 from src.graph.deps import GraphDeps
-from src.graph.frs_thread import protected_from
-from src.graph.frs_tools import make_frs_tools
+from src.graph.frs.thread import protected_from
+from src.graph.frs.tools import make_frs_tools
 from src.graph.main_graph import tool_error_message
-from src.graph.tokens import PER_MESSAGE_OVERHEAD, count_messages
+from src.graph.tokens import count_messages
 
 REQUESTED_BY = "user:/compress"
 MAX_FOCUS_CHARS = 500
@@ -77,9 +79,7 @@ def compress_context(
     )
 
     def cost(row: dict[str, Any]) -> int:
-        calls = (row.get("meta") or {}).get("tool_calls")
-        text = (row.get("content") or "") + (str(calls) if calls else "")
-        return counter.count(text) + PER_MESSAGE_OVERHEAD + 6
+        return row_tokens(row, counter)
 
     budget = Layers.for_model(settings, settings.llm_model).total - count_messages(
         [system, request], counter
@@ -87,7 +87,7 @@ def compress_context(
     units = select_recent(group_units(rows), budget, cost)
     flat = [row for unit in units for row in unit]
     numbered = [
-        render_row(row, _label(row, position, settings.frs_numbering))
+        render_row(row, label(row, position, settings.frs_numbering))
         for position, row in enumerate(flat, start=1)
     ]
     thread = [{"id": r["id"], "number": r["number"], "role": r["role"]} for r in flat]

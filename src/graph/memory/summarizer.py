@@ -20,9 +20,10 @@ from langchain_core.messages import HumanMessage, SystemMessage
 
 from src.config import Settings
 from src.graph import prompts
-from src.graph.context import Layers, group_units, row_tokens, select_recent, truncate_text
+from src.graph.context.budget import Layers, truncate_text
+from src.graph.context.render import row_tokens, transcript_line
+from src.graph.context.working import group_units, select_recent
 from src.graph.deps import GraphDeps
-from src.graph.facts import extract_facts
 from src.graph.tokens import TokenCounter
 
 logger = logging.getLogger(__name__)
@@ -68,17 +69,18 @@ def overflow_batch_cap(trigger: int) -> int:
 async def find_overflow(
     deps: GraphDeps, conversation_id: uuid.UUID, reserve: int = 0
 ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-    """Return the conversation and its unsummarized overflow, oldest first (bounded)."""
+    """Return the conversation and its unsummarized overflow, in thread order (bounded)."""
     conv = await deps.conversations.get_conversation(conversation_id)
     if conv is None:
         return None, []
-    settings, upto = deps.settings, conv["summary_upto_id"]
+    settings = deps.settings
     window = await deps.conversations.load_last_messages(conversation_id, settings.max_context)
-    window = [r for r in window if r["id"] > upto]
+    window = [r for r in window if not r["summarized"]]
     limits = summary_limits(settings, reserve)
     kept = select_recent(group_units(window), limits.working, lambda r: row_tokens(r, deps.counter))
-    cap = overflow_batch_cap(settings.summary_trigger)
-    rows = await deps.conversations.unsummarized(conversation_id, upto, cap)
+    rows = await deps.conversations.unsummarized(
+        conversation_id, overflow_batch_cap(settings.summary_trigger)
+    )
     if kept:
         # Compare thread positions, not ids: a compression's summary row has a new id
         # but stands where the range it replaced stood (seed 003).
@@ -92,15 +94,6 @@ async def find_overflow(
     return conv, [r for r in rows if (r["created_at"], r["id"]) <= last]
 
 
-def format_row(row: dict[str, Any], cap: int, counter: TokenCounter) -> str:
-    """Render one message as a `[role]: text` line for the summarizer, cut to `cap` tokens."""
-    text = (row.get("content") or "").strip()
-    calls = (row.get("meta") or {}).get("tool_calls") or []
-    if calls:
-        text += " " + ", ".join(f"{c.get('name')}({c.get('args')})" for c in calls)
-    return f"[{row['role']}]: {truncate_text(text.strip(), cap, counter)}"
-
-
 def take_batch(
     overflow: list[dict[str, Any]], limits: SummaryLimits, counter: TokenCounter
 ) -> tuple[list[dict[str, Any]], str]:
@@ -108,7 +101,7 @@ def take_batch(
     lines: list[str] = []
     used = 0
     for row in overflow:
-        line = format_row(row, limits.message, counter)
+        line = transcript_line(row, limits.message, counter)
         cost = counter.count(line) + 1
         if lines and used + cost > limits.batch:
             break
@@ -139,9 +132,8 @@ async def update_summary(deps: GraphDeps, summary: str, conversation: str) -> st
 async def summarize_overflow(deps: GraphDeps, conversation_id: uuid.UUID, reserve: int = 0) -> int:
     """Extend the running summary when enough overflow gathered; return messages folded.
 
-    Facts are extracted from each batch before it is summarized. A model error stops
-    here with nothing advanced, so the batch is retried on a later turn. `reserve`: the
-    tokens the chat model's tool schemas take from its input budget.
+    A model error stops here with nothing marked, so the batch is retried on a later
+    turn. `reserve`: the tokens the chat model's tool schemas take from its input budget.
     """
     limits = summary_limits(deps.settings, reserve)
     folded = 0
@@ -150,9 +142,8 @@ async def summarize_overflow(deps: GraphDeps, conversation_id: uuid.UUID, reserv
         if conv is None or not overflow or len(overflow) < deps.settings.summary_trigger:
             break
         batch, conversation = take_batch(overflow, limits, deps.counter)
-        await extract_facts(deps, conv["telegram_user_id"], conversation_id, conversation)
         text = await update_summary(deps, conv["summary"], conversation)
-        await deps.conversations.update_summary(conversation_id, text, batch[-1]["id"])
+        await deps.conversations.fold_into_summary(conversation_id, text, [r["id"] for r in batch])
         folded += len(batch)
         logger.info(
             "summary of %s extended with %d messages (%d tokens in, %d chars out)",

@@ -2,7 +2,7 @@
 
 A thread is the snapshot `build_context` stores in `state["thread"]`: per position, the
 stored message's id, number and role, oldest first, the user's current message last.
-Everything here is pure; the tools in `frs_tools` add the database.
+Everything here is pure; the tools in `frs.tools` add the database.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, RemoveMessage, SystemMessage
 
-from src.graph.context import ROLE_LABELS, SUMMARY_LABEL, _label, is_summary
+from src.graph.context.render import ROLE_LABELS, SUMMARY_LABEL, is_summary, label
 
 Thread = Sequence[dict[str, Any]]
 
@@ -116,7 +116,7 @@ def replace_span(
 
 def summary_label(summary_row: dict[str, Any], position: int, numbering: str) -> str:
     """Return the label the summary message carries in the model's copy."""
-    return _label(summary_row, position, numbering)
+    return label(summary_row, position, numbering)
 
 
 def locate(messages: Sequence[BaseMessage], thread: Thread, numbering: str) -> int | None:

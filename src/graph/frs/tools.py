@@ -1,5 +1,5 @@
 """FRS tools (seed 003) as the model is offered them: view_thread, compress_last and
-compress_range (with a parameter really named `from`). What they do is in `frs_ops`."""
+compress_range (with a parameter really named `from`). What they do is in `frs.ops`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from langgraph.prebuilt import InjectedState
 from pydantic import AliasChoices, BaseModel, Field, create_model
 
 from src.graph.deps import GraphDeps
-from src.graph.frs_ops import FrsTools
+from src.graph.frs.ops import FrsTools
 from src.storage.squash_repo import SquashRepository
 
 # Filled in by the graph, never by the model: left out of the schema it is offered.

@@ -1,0 +1,102 @@
+"""One stored message as the model reads it: its label, chat message, cost and transcript line.
+
+Seed 003's `[i] Role: text` numbering exists only in the copy sent to the chat model.
+Summarizer, fact extraction and session compacts read messages as `[role]: text` lines.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+
+from src.graph.context.budget import truncate_text
+from src.graph.tokens import PER_MESSAGE_OVERHEAD, TokenCounter, message_text
+
+Row = dict[str, Any]
+
+ROLE_LABELS = {"user": "User", "assistant": "Assistant", "tool": "Tool", "system": "System"}
+# A squash summary (seed 003) is the model's own text standing where the run it replaced
+# stood; it is labelled as what it is.
+SUMMARY_LABEL = "Summary"
+# The widest label working memory can carry: what budgets assume for every message.
+WIDEST_LABEL = "[9999] Assistant: "
+# A model imitating the numbered thread may start its answer with "[7] Assistant:".
+_ECHOED_PREFIX = re.compile(r"^\s*(\[\d+\]\s*)?(Assistant|Ассистент)\s*:\s*", re.IGNORECASE)
+
+
+def is_summary(row: Row) -> bool:
+    """Tell whether a stored message is an FRS squash summary."""
+    return bool((row.get("meta") or {}).get("frs_summary"))
+
+
+def label(row: Row, position: int, numbering: str) -> str:
+    """Return the `[i] Role: ` label of a message at `position` of the thread."""
+    number = row.get("number") if numbering == "absolute" else position
+    role = SUMMARY_LABEL if is_summary(row) else ROLE_LABELS.get(row["role"], row["role"].title())
+    return f"[{number}] {role}: "
+
+
+def render_row(row: Row, prefix: str) -> BaseMessage:
+    """Turn one stored message into the chat message the model reads."""
+    meta = row.get("meta") or {}
+    content = prefix + (row.get("content") or "")
+    role = row["role"]
+    if role == "user":
+        return HumanMessage(content)
+    if role == "assistant":
+        calls = meta.get("tool_calls") or []
+        return AIMessage(content, tool_calls=calls) if calls else AIMessage(content)
+    if role == "tool" and meta.get("tool_call_id"):
+        return ToolMessage(content, tool_call_id=meta["tool_call_id"], name=meta.get("name"))
+    return SystemMessage(content)
+
+
+def row_tokens(row: Row, counter: TokenCounter, prefix: str = WIDEST_LABEL) -> int:
+    """Return what one stored message costs in the model's context, its label included.
+
+    The one per-message cost everyone uses: context budgets, the summarizer's window,
+    /compress and the FRS tools' sizes.
+    """
+    return counter.count(message_text(render_row(row, prefix))) + PER_MESSAGE_OVERHEAD
+
+
+def transcript_line(row: Row, cap: int, counter: TokenCounter) -> str:
+    """Render one message as a `[role]: text` line for a memory model, cut to `cap` tokens.
+
+    Tool calls are shown by name and arguments; a squash summary is labelled `summary`.
+    """
+    text = (row.get("content") or "").strip()
+    calls = (row.get("meta") or {}).get("tool_calls") or []
+    if calls:
+        text += " " + ", ".join(f"{c.get('name')}({c.get('args')})" for c in calls)
+    role = "summary" if is_summary(row) else row["role"]
+    return f"[{role}]: {truncate_text(text.strip(), cap, counter)}"
+
+
+def when_local(value: Any, zone: ZoneInfo) -> str:
+    """Render a stored time (datetime or ISO string) as `YYYY-MM-DD HH:MM` in `zone`."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return value
+    if isinstance(value, datetime):
+        return value.astimezone(zone).strftime("%Y-%m-%d %H:%M")
+    return str(value or "")
+
+
+def strip_echoed_prefix(text: str) -> str:
+    """Remove a `[i] Assistant:` prefix the model copied from the thread."""
+    match = _ECHOED_PREFIX.match(text)
+    if match and (match.group(1) or match.group(2)):
+        return text[match.end() :]
+    return text
+
+
+def reply_text(message: BaseMessage) -> str:
+    """Return the user-facing text of a model answer."""
+    return strip_echoed_prefix(message.text).strip()

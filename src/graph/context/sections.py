@@ -1,0 +1,182 @@
+"""The system prompt: the base prompt, then one delimited memory section.
+
+The memory section holds what was written down from earlier messages (typed facts,
+previous conversations' compacts, the running summary). All of it comes from text users
+and models wrote, so it is data: it sits between `<memory>` and `</memory>`, the base
+prompt tells the model never to follow instructions found there, and a text that tries
+to close the section early is defused. Each part stays within its layer's budget.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from src.config import Settings
+from src.graph import prompts
+from src.graph.context.budget import Layers, truncate_text
+from src.graph.context.render import when_local
+from src.graph.timestamps import strip_stamp
+from src.graph.tokens import TokenCounter
+
+Row = dict[str, Any]
+
+# Analytical requests (incidents, diagnosis, comparison, verification) need an objective
+# answer; seed 002 leaves preferences and hypotheses out of those, to avoid anchoring.
+_OBJECTIVE_REQUEST = re.compile(
+    r"\b(analy[sz]|objective|unbiased|impartial|neutral|fact[- ]?check|verify|evidence|"
+    r"diagnos|root cause|incident|debug|troubleshoot|compar|evaluat|assess|pros and cons|"
+    r"statistic|проанализ|анализ|объективн|беспристрастн|непредвзят|нейтральн|провер|"
+    r"доказ|диагност|первопричин|инцидент|отлад|сравн|оцени|плюсы и минусы|статистик)",
+    re.IGNORECASE,
+)
+SOFT_TYPES = ("preference", "hypothesis")
+_TYPE_LABELS = {
+    "preference": "[preference] ",
+    "hypothesis": "[hypothesis] ",
+    "constraint": "[constraint] ",
+}
+# Anything that looks like the section's own tags, inside the data: `< / memory >` etc.
+_TAG = re.compile(r"<\s*(/?)\s*memory\s*>", re.IGNORECASE)
+
+
+def defuse(text: str) -> str:
+    """Return data text that cannot open or close the memory section."""
+    return _TAG.sub(lambda m: f"‹{m.group(1)}memory›", text)
+
+
+def needs_objectivity(text: str, mode: str) -> bool:
+    """Tell whether preferences and hypotheses stay out of the prompt for this request.
+
+    `always`: always out; `never`: always in (labelled); `auto`: out when the user's
+    message asks for analysis, diagnosis, comparison, evaluation or verification.
+    """
+    if mode == "always":
+        return True
+    if mode == "never":
+        return False
+    return bool(_OBJECTIVE_REQUEST.search(strip_stamp(text)))
+
+
+def fact_line(fact: Row) -> str:
+    """Render one fact as `- [type] key: value` (plain facts carry no label)."""
+    return defuse(f"- {_TYPE_LABELS.get(fact['type'], '')}{fact['key']}: {fact['value']}")
+
+
+def facts_section(
+    facts: Sequence[Row], budget: int, counter: TokenCounter, objective: bool, limit: int
+) -> str:
+    """Return the facts layer within `budget`: most important first, soft ones labelled."""
+    chosen = [f for f in facts if not (objective and f.get("type") in SOFT_TYPES)]
+    # Stable: equal importance keeps the repository's order (newest first).
+    chosen.sort(key=lambda f: -int(f.get("importance") or 0))
+    has_soft = any(f.get("type") in SOFT_TYPES for f in chosen)
+    header = prompts.FACTS_HEADER
+    if has_soft:
+        header += "\n" + prompts.FACTS_SOFT_NOTE
+    elif objective and len(chosen) < len(facts):
+        header += "\n" + prompts.FACTS_OBJECTIVE_NOTE
+    left = budget - counter.count(header) - 1
+    lines: list[str] = []
+    for fact in chosen[:limit]:
+        line = fact_line(fact)
+        cost = counter.count(line) + 1
+        if cost <= left:
+            lines.append(line)
+            left -= cost
+    if not lines:
+        return ""
+    text = header + "\n" + "\n".join(lines)
+    # The note may promise labelled lines the budget left out; the count is what matters.
+    while lines and counter.count(text) > budget:
+        lines.pop()
+        text = header + "\n" + "\n".join(lines)
+    return text if lines else ""
+
+
+def compact_line(compact: Row, zone: ZoneInfo) -> str:
+    """Render one session compact as a line: date, summary, topics, last action."""
+    line = f"- {when_local(compact.get('created_at'), zone)}: {compact['summary'].strip()}"
+    if compact.get("topics"):
+        line += f" Topics: {', '.join(compact['topics'])}."
+    if compact.get("last_action"):
+        line += f" Last action: {compact['last_action']}."
+    return defuse(line)
+
+
+def compacts_section(
+    compacts: Sequence[Row], budget: int, counter: TokenCounter, zone: ZoneInfo
+) -> str:
+    """Return "Previous conversations" within `budget`: the newest that fit, oldest first."""
+    header = prompts.PREVIOUS_CONVERSATIONS_HEADER
+    left = budget - counter.count(header) - 1
+    lines: list[str] = []
+    for compact in compacts:  # newest first
+        line = compact_line(compact, zone)
+        if counter.count(line) + 1 > left:
+            line = truncate_text(line, left - 1, counter)
+        if not line:
+            break
+        lines.append(line)
+        left -= counter.count(line) + 1
+    if not lines:
+        return ""
+    text = header + "\n" + "\n".join(reversed(lines))
+    while lines and counter.count(text) > budget:
+        lines.pop()
+        text = header + "\n" + "\n".join(reversed(lines))
+    return text if lines else ""
+
+
+def summary_section(summary: str, budget: int, counter: TokenCounter) -> str:
+    """Return the running summary under its header, cut on a sentence to `budget`."""
+    summary = defuse((summary or "").strip())
+    if not summary:
+        return ""
+    header = prompts.SUMMARY_HEADER
+    text = truncate_text(summary, budget - counter.count(header) - 2, counter)
+    return header + "\n" + text if text else ""
+
+
+def system_sections(
+    state: dict[str, Any], layers: Layers, counter: TokenCounter, settings: Settings
+) -> dict[str, str]:
+    """Return the system prompt's parts, each within its layer's budget.
+
+    `summary` shares BUDGET_SUMMARY with `previous`: previous conversations get at most
+    a third of it, the running summary the rest. Every compact in the state belongs to a
+    session that has ended, this conversation's earlier sessions included.
+    """
+    objective = needs_objectivity(state.get("input_text", ""), settings.facts_objective_mode)
+    compacts = list(state.get("compacts") or [])[: settings.compacts_in_prompt]
+    previous = compacts_section(compacts, layers.summary // 3, counter, settings.zone)
+    used = counter.count(previous) + 2 if previous else 0
+    return {
+        "base": prompts.SYSTEM_PROMPT,
+        "facts": facts_section(
+            state.get("facts") or [],
+            layers.facts,
+            counter,
+            objective,
+            settings.max_facts_in_prompt,
+        ),
+        "previous": previous,
+        "summary": summary_section(state.get("summary") or "", layers.summary - used, counter),
+    }
+
+
+def memory_section(parts: Sequence[str]) -> str:
+    """Wrap the memory parts in the delimited data section ("" when there are none)."""
+    body = "\n\n".join(p for p in parts if p)
+    return f"{prompts.MEMORY_OPEN}\n{body}\n{prompts.MEMORY_CLOSE}" if body else ""
+
+
+def system_prompt(
+    state: dict[str, Any], layers: Layers, counter: TokenCounter, settings: Settings
+) -> str:
+    """Return the base prompt followed by the memory section (facts, previous, summary)."""
+    sections = system_sections(state, layers, counter, settings)
+    memory = memory_section([sections["facts"], sections["previous"], sections["summary"]])
+    return sections["base"] + ("\n\n" + memory if memory else "")

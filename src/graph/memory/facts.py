@@ -1,0 +1,241 @@
+"""Typed facts (seed 002) extracted from every session, with their own progress mark.
+
+Facts are extracted from messages not extracted yet (`messages.facts_extracted`): after
+every FACTS_EVERY user messages (after the reply), before a squash replaces messages, at
+`/new` before the wipe, and when a session ends by silence. Each call reads only pending
+messages, in bounded batches. The summary model is asked for JSON through structured
+output where the endpoint supports it; anything else it may send (prose, code fences, a
+truncated array, wrong types) is tolerated: what can be read is kept, the rest dropped.
+Facts merge by key, with keys normalized so one fact does not pile up under new names,
+and at most MAX_FACTS are kept per user, by importance and recency.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import HumanMessage, SystemMessage
+
+from src.graph import prompts
+from src.graph.deps import GraphDeps
+from src.graph.memory.structured import load_json, object_schema
+from src.graph.memory.summarizer import summary_limits, take_batch
+from src.storage.memory_repo import FACT_TYPES
+
+logger = logging.getLogger(__name__)
+
+MAX_FACTS_PER_CALL = 30
+# Batches per extraction run at most: catches up after a backlog without running long.
+MAX_ROUNDS = 3
+# Pending messages read at most before a /new wipe: several batches' worth.
+WIPE_READ_LIMIT = 200
+_TYPE_ALIASES = {
+    "facts": "fact",
+    "data": "fact",
+    "pref": "preference",
+    "preferences": "preference",
+    "like": "preference",
+    "likes": "preference",
+    "guess": "hypothesis",
+    "assumption": "hypothesis",
+    "hypotheses": "hypothesis",
+    "limit": "constraint",
+    "requirement": "constraint",
+    "constraints": "constraint",
+    "rule": "constraint",
+}
+_NOT_KEY = re.compile(r"[^\w]+")
+# Words that only say the fact is about the user: `user_name` and `name` are one key.
+_OWNER_WORDS = frozenset(
+    {"user", "users", "the", "my", "his", "her", "their", "пользователь", "пользователя", "мой"}
+)
+FACTS_SCHEMA = object_schema(
+    "user_facts",
+    {
+        "facts": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "key": {"type": "string"},
+                    "value": {"type": "string"},
+                    "type": {"type": "string", "enum": list(FACT_TYPES)},
+                    "importance": {"type": "integer"},
+                },
+                "required": ["key", "value", "type", "importance"],
+                "additionalProperties": False,
+            },
+        }
+    },
+)
+
+
+def normalize_key(key: Any) -> str:
+    """Return a fact key as `snake_case` (any script) without owner words, at most 64 chars."""
+    words = [w for w in _NOT_KEY.sub("_", str(key).strip().lower()).split("_") if w]
+    kept = [w for w in words if w not in _OWNER_WORDS] or words
+    return "_".join(kept)[:64]
+
+
+def key_signature(key: str) -> str:
+    """Return what two keys for the same thing share: words without plural `s`, in order."""
+    return "".join(w[:-1] if len(w) > 3 and w.endswith("s") else w for w in key.split("_"))
+
+
+def reuse_known_keys(facts: list[dict[str, Any]], known: Sequence[str]) -> list[dict[str, Any]]:
+    """Give each fact the known key of the same signature, so its value is replaced."""
+    by_signature = {key_signature(k): k for k in known}
+    for fact in facts:
+        fact["key"] = by_signature.get(key_signature(fact["key"]), fact["key"])
+    return facts
+
+
+def normalize_fact(item: Any) -> dict[str, Any] | None:
+    """Return a storable fact from one item of the model's answer, or None."""
+    if not isinstance(item, dict):
+        return None
+    key = normalize_key(item.get("key") or item.get("name") or "")
+    value = item.get("value")
+    if value is None or isinstance(value, dict | list):
+        value = json.dumps(value, ensure_ascii=False) if value else ""
+    value = str(value).strip()
+    if not key or not value:
+        return None
+    kind = str(item.get("type") or "fact").strip().lower()
+    kind = _TYPE_ALIASES.get(kind, kind)
+    if kind not in FACT_TYPES:
+        kind = "hypothesis"  # an unknown kind is not trusted as a fact
+    try:
+        importance = int(float(item.get("importance", 5)))
+    except (TypeError, ValueError):
+        importance = 5
+    importance = max(1, min(10, importance))
+    return {"key": key, "value": value[:2000], "type": kind, "importance": importance}
+
+
+def read_facts(data: Any) -> list[dict[str, Any]]:
+    """Return the valid facts in a parsed answer (the last value wins for a repeated key)."""
+    if isinstance(data, dict):
+        data = data.get("facts", [data] if "key" in data else [])
+    if not isinstance(data, list):
+        return []
+    facts: dict[str, dict[str, Any]] = {}
+    for item in data:
+        fact = normalize_fact(item)
+        if fact is not None:
+            facts.pop(fact["key"], None)
+            facts[fact["key"]] = fact
+    return list(facts.values())[-MAX_FACTS_PER_CALL:]
+
+
+def parse_facts(text: str) -> list[dict[str, Any]]:
+    """Return the valid facts in a model's answer text."""
+    return read_facts(load_json(text or ""))
+
+
+@dataclass
+class Batch:
+    """Pending messages of one conversation, as the text one extraction call reads."""
+
+    owner_id: int
+    conversation_id: uuid.UUID
+    ids: list[int]
+    text: str
+    """The messages as `[role]: text` lines; empty when none of them is the user's."""
+
+
+def batches(
+    deps: GraphDeps, owner_id: int, conversation_id: uuid.UUID, rows: list[dict[str, Any]]
+) -> list[Batch]:
+    """Split pending rows, oldest first, into batches of the summarizer's size.
+
+    A batch without a user message is marked without asking the model: what the
+    assistant said alone says nothing new about the user.
+    """
+    limits = summary_limits(deps.settings)
+    out: list[Batch] = []
+    while rows:
+        taken, text = take_batch(rows, limits, deps.counter)
+        has_user = any(r["role"] == "user" for r in taken)
+        ids = [r["id"] for r in taken]
+        out.append(Batch(owner_id, conversation_id, ids, text if has_user else ""))
+        rows = rows[len(taken) :]
+    return out
+
+
+async def read_pending(
+    deps: GraphDeps,
+    owner_id: int,
+    conversation_id: uuid.UUID,
+    only: Sequence[int] | None = None,
+    limit: int | None = None,
+) -> list[Batch]:
+    """Return the conversation's messages awaiting extraction as batches, oldest first.
+
+    `only`: just these message ids (a run about to be squashed).
+    """
+    limit = limit or MAX_ROUNDS * max(3 * deps.settings.facts_every, 30)
+    rows = await deps.conversations.facts_pending(conversation_id, limit)
+    if only is not None:
+        wanted = set(only)
+        rows = [r for r in rows if r["id"] in wanted]
+    return batches(deps, owner_id, conversation_id, rows)
+
+
+async def extract_batch(deps: GraphDeps, batch: Batch) -> int:
+    """Extract facts from one batch, store them and mark the batch; return facts stored.
+
+    A model error propagates with nothing marked, so the batch is tried again later; an
+    unreadable answer is logged and marks the batch (it would be as unreadable again).
+    """
+    facts: list[dict[str, Any]] = []
+    if batch.text:
+        keys = await deps.memory.fact_keys(batch.owner_id, deps.settings.max_facts)
+        prompt = prompts.FACTS_EXTRACT.format(
+            keys=", ".join(keys) or "(none yet)", conversation=batch.text
+        )
+        messages = [SystemMessage(prompts.FACTS_SYSTEM), HumanMessage(prompt)]
+        data, raw = await deps.json_answers.ask(deps.summary_model, messages, FACTS_SCHEMA)
+        facts = reuse_known_keys(read_facts(data), keys)
+        if not facts and raw.strip() not in ("[]", "{}", "") and data in (None, ""):
+            logger.warning(
+                "fact extraction for %s: no readable facts in the answer", batch.owner_id
+            )
+    async with deps.conversations.pool.connection() as conn, conn.transaction():
+        if facts:
+            await deps.memory.upsert_facts(
+                batch.owner_id,
+                facts,
+                batch.conversation_id,
+                keep=deps.settings.max_facts,
+                conn=conn,
+            )
+        await deps.conversations.mark_facts_extracted(batch.conversation_id, batch.ids, conn=conn)
+    if facts:
+        logger.info(
+            "stored %d facts of %s from %d messages", len(facts), batch.owner_id, len(batch.ids)
+        )
+    return len(facts)
+
+
+async def extract_pending(
+    deps: GraphDeps,
+    owner_id: int,
+    conversation_id: uuid.UUID,
+    only: Sequence[int] | None = None,
+) -> int:
+    """Extract facts from the conversation's pending messages (at most MAX_ROUNDS batches).
+
+    Returns how many facts were stored. A model error stops here and propagates; what
+    was done before it stays done.
+    """
+    stored = 0
+    for batch in (await read_pending(deps, owner_id, conversation_id, only))[:MAX_ROUNDS]:
+        stored += await extract_batch(deps, batch)
+    return stored
