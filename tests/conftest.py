@@ -17,6 +17,7 @@ from src.config import Settings
 from src.services.factory import Runtime, build_runtime
 from src.storage.migrations import migrate
 from src.storage.pg_client import make_pool
+from tests.fakes.memory_model import MEMORY_MODEL, memory_reply
 from tests.fakes.openai_server import FakeOpenAI
 
 
@@ -80,14 +81,24 @@ def fake_llm() -> Iterator[FakeOpenAI]:
 
 @pytest.fixture
 def llm(fake_llm: FakeOpenAI) -> FakeOpenAI:
-    """Return the local model server, reset to its defaults."""
+    """Return the local model server, reset to its defaults.
+
+    The memory models (summary, facts, compacts) are `MEMORY_MODEL` unless a test says
+    otherwise, answered by `memory_reply`, so they never take the chat model's scripted
+    replies.
+    """
     fake_llm.reset()
+    fake_llm.default_for(MEMORY_MODEL, memory_reply)
     return fake_llm
 
 
 def make_settings(llm: FakeOpenAI | None = None, **overrides: Any) -> Settings:
     """Return settings isolated from the developer's `.env`, pointed at the fake model."""
-    values: dict[str, Any] = {"llm_max_retries": 0, "llm_timeout": 10.0}
+    values: dict[str, Any] = {
+        "llm_max_retries": 0,
+        "llm_timeout": 10.0,
+        "summary_model": MEMORY_MODEL,
+    }
     if llm is not None:
         values |= {"openai_base_url": llm.base_url, "openai_api_key": "test-key"}
     values |= overrides

@@ -93,7 +93,11 @@ class Nodes:
             conv = await deps.conversations.conversation_for_turn(
                 conversation_id, settings.facts_every, conn=conn
             )
-            overflow_ready = len(before) >= trigger and not any(r["summarized"] for r in before)
+            # After this turn the window moves on by at least the message and its reply:
+            # count those two with what already precedes it, so the summarizer runs
+            # right after the reply that pushes messages out, not one turn later.
+            leaving = rows[:2] if window == settings.max_context else []
+            overflow_ready = sum(not r["summarized"] for r in before + leaving) >= trigger
             # Twice the prompt's share: build_context may leave preferences out (objectivity).
             facts = await deps.memory.list_facts(
                 user_id, 2 * settings.max_facts_in_prompt, conn=conn

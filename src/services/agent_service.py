@@ -275,6 +275,8 @@ class AgentService:
         )
         async with self.locks.hold(identity.owner_id):
             conversation_id = await deps.conversations.get_or_create_conversation(identity.owner_id)
+            if self.compactor is not None:
+                await self.compactor.learn_facts(identity.owner_id, conversation_id)
             async with deps.conversations.pool.connection() as conn, conn.transaction():
                 await deps.users.forget(identity.owner_id, conn=conn)
                 # The forgotten part is never summarized into later context either.

@@ -263,6 +263,25 @@ class Compactor:
             await self.deps.memory.mark_session_ended(conversation_id, until)
         return row
 
+    async def learn_facts(self, owner_id: int, conversation_id: uuid.UUID) -> None:
+        """Extract the facts pending in the conversation now, as a session end does.
+
+        For /forget: what the user said before it stays long-term memory, and is read
+        now rather than after, when the forgotten text should reach no model. Waits at
+        most `wait_seconds`; the rest goes on in the background.
+        """
+        try:
+            pending = await read_pending(
+                self.deps, owner_id, conversation_id, limit=WIPE_READ_LIMIT
+            )
+        except Exception:
+            logger.error("reading pending facts of %s failed", conversation_id, exc_info=True)
+            return
+        if pending:
+            await asyncio.wait(
+                [self._spawn(self._extract_logged(pending))], timeout=self.wait_seconds
+            )
+
     def _spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.create_task(work)
         self._tasks.add(task)

@@ -218,6 +218,7 @@ class FakeOpenAI(BackgroundAiohttpServer):
         self.overlap_keys: list[Any] = []
         self._queue: deque[Reply] = deque()
         self._model_queues: dict[str, deque[Reply]] = {}
+        self._model_defaults: dict[str, Reply] = {}
         self._faults: deque[tuple[Any, ...]] = deque()
         self._delays: deque[float] = deque()
         self._in_flight = 0
@@ -252,6 +253,25 @@ class FakeOpenAI(BackgroundAiohttpServer):
             self._model_queues.setdefault(model, deque()).extend(replies)
             if model not in self.models:
                 self.models.append(model)
+
+    def default_for(self, model: str, reply: Reply) -> None:
+        """Answer `model` with `reply` whenever its own queue is empty.
+
+        Such a model never takes replies from the shared queue (`script`), so a second
+        model (a summarizer) cannot eat the replies scripted for the chat model.
+        """
+        with self._lock:
+            self._model_defaults[model] = reply
+            if model not in self.models:
+                self.models.append(model)
+
+    def unscript(self, model: str | None = None) -> None:
+        """Drop the replies still queued for `model` (None: the shared queue)."""
+        with self._lock:
+            if model is None:
+                self._queue.clear()
+            else:
+                self._model_queues.pop(model, None)
 
     def pending_replies(self) -> int:
         """Return how many scripted replies are still queued."""
@@ -302,6 +322,7 @@ class FakeOpenAI(BackgroundAiohttpServer):
             self.max_concurrent = self.overlaps = 0
             self._queue.clear()
             self._model_queues.clear()
+            self._model_defaults.clear()
             self._faults.clear()
             self._delays.clear()
 
@@ -352,9 +373,12 @@ class FakeOpenAI(BackgroundAiohttpServer):
             fault = self._faults.popleft() if self._faults else None
             reply: Reply = self.default_reply
             if fault is None:
-                model_queue = self._model_queues.get(str(body.get("model")))
+                model = str(body.get("model"))
+                model_queue = self._model_queues.get(model)
                 if model_queue:
                     reply = model_queue.popleft()
+                elif model in self._model_defaults:
+                    reply = self._model_defaults[model]
                 elif self._queue:
                     reply = self._queue.popleft()
         return key, fault, delay, reply

@@ -10,6 +10,7 @@ from typing import Any
 from src.graph.context.render import ROLE_LABELS
 from src.services.agent_service import Identity
 from src.services.texts import t
+from tests.fakes.memory_model import MEMORY_MODEL
 from tests.fakes.openai_server import message_text
 
 ALICE = Identity(301, "alice", "Alice", "ru")
@@ -20,6 +21,11 @@ STAMP = re.compile(r"\[Текущее время: [^\]]+\] ")
 def call(name: str, **args: Any) -> dict[str, Any]:
     """A scripted model answer asking for one tool."""
     return {"tool_calls": [{"name": name, "args": args}]}
+
+
+def chat_requests(llm: Any) -> list[dict[str, Any]]:
+    """Return the requests to the chat model (the memory model extracts facts in between)."""
+    return [r for r in llm.requests if r.get("model") != MEMORY_MODEL]
 
 
 def numbered(request: dict[str, Any]) -> list[str]:
@@ -83,7 +89,7 @@ async def test_seed_example_relative(runtime_factory: Any, llm: Any, pool: Any) 
     result = await rt.service.handle_message(ALICE, "D")
     assert result.ok and result.reply == "Готово"
     assert result.tools_used == ["compress_range", "view_thread"]
-    first, second, third = llm.requests[-3:]
+    first, second, third = chat_requests(llm)[-3:]
 
     # What the model was offered: a parameter literally named `from`.
     offered = {f["function"]["name"]: f["function"] for f in first["tools"]}
@@ -104,11 +110,11 @@ async def test_seed_example_relative(runtime_factory: Any, llm: Any, pool: Any) 
 
     rows = await stored(pool, conv)
     live = [(r["role"], text_of(r)) for r in rows if r["squashed_at"] is None]
-    assert live[:3] == [("user", "A"), ("system", "BC"), ("user", "D")]
+    assert live[:3] == [("user", "A"), ("assistant", "BC"), ("user", "D")]
     squashed = [r for r in rows if r["squashed_at"] is not None]
     assert [(r["number"], text_of(r)) for r in squashed] == [(2, "B"), (3, "C")]
     (log,) = await squash_log(pool, conv)
-    summary = next(r for r in rows if r["role"] == "system" and r["content"] == "BC")
+    summary = next(r for r in rows if r["role"] == "assistant" and r["content"] == "BC")
     assert log["replaced_ids"] == [r["id"] for r in squashed]
     assert log["replaced_numbers"] == [2, 3] and log["summary"] == "BC"
     assert log["requested_by"] == "model" and log["summary_message_id"] == summary["id"]
@@ -130,7 +136,7 @@ async def test_seed_example_absolute(runtime_factory: Any, llm: Any, pool: Any) 
     llm.script(call("compress_range", **{"from": 2, "to": 3, "summary": "BC"}))
     llm.script(call("view_thread"), "Готово")
     await rt.service.handle_message(ALICE, "D")
-    first, second, third = llm.requests[-3:]
+    first, second, third = chat_requests(llm)[-3:]
     offered = {f["function"]["name"]: f["function"] for f in first["tools"]}
     assert "numbers" in offered["compress_range"]["parameters"]["properties"]["from"]["description"]
     assert numbered(first) == ["[1] User: A", "[2] Assistant: B", "[3] User: C", "[4] User: D"]
@@ -191,7 +197,7 @@ async def test_long_tool_result_is_compressed(
     summary = "Searched the user's history for 'report': 40 quarterly reports (0-39) exist."
     llm.script(call("compress_range", **{"from": 2, "to": 4, "summary": summary}), "Sure.")
     await rt.service.handle_message(BOB, "Which quarter was best?")
-    before, after_in_turn = llm.requests[-2:]
+    before, after_in_turn = chat_requests(llm)[-2:]
     big = max((m["content"] for m in before["messages"] if m["role"] == "tool"), key=len)
     assert "Quarterly report" in big and len(big) > 10_000
     assert numbered(before)[1].startswith("[2] Assistant:")
@@ -321,7 +327,7 @@ async def test_compress_command(runtime_factory: Any, llm: Any, pool: Any) -> No
     summary = "Found 40 quarterly reports in the user's history."
     llm.script(call("compress_range", **{"from": 2, "to": 5, "summary": summary}), "Сжал.")
     result = await rt.service.compress(ALICE, "кварталы")
-    request = llm.requests[-2]
+    request = chat_requests(llm)[-2]
     assert request["messages"][0]["content"].startswith("You manage the context")
     assert "The user's focus: кварталы." in request["messages"][-1]["content"]
     assert [c.split(":")[0] for c in numbered(request)[:-1]] == [

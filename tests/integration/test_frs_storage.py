@@ -44,7 +44,9 @@ async def test_squash_replaces_the_run_in_place(pool: Any) -> None:
     after = await all_rows(pool, conv)
     live = [(r["number"], r["content"]) for r in after if r["squashed_at"] is None]
     assert live == [(1, "m1"), (2, "m2"), (3, "m3+m4"), (5, "m5"), (6, "m6")]
-    assert result.summary["number"] == 3 and result.summary["role"] == "system"
+    # The summary is the model's text: an assistant message, never a system one (issue 12).
+    assert result.summary["number"] == 3 and result.summary["role"] == "assistant"
+    assert not result.summary["summarized"] and not result.summary["facts_extracted"]
     assert [r["number"] for r in result.replaced] == [3, 4]
     loaded = await ConversationRepository(pool).load_last_messages(conv, 4)
     assert [r["content"] for r in loaded] == ["m2", "m3+m4", "m5", "m6"]

@@ -15,6 +15,7 @@ import pytest
 
 from src.graph import prompts
 from src.graph.main_graph import make_tools
+from src.graph.memory.facts import extract_pending
 from src.graph.memory.summarizer import PROMPT_RESERVE, summarize_overflow, summary_limits
 from src.graph.tokens import PER_MESSAGE_OVERHEAD, ApproxCounter, count_tools
 from src.services.agent_service import Identity
@@ -99,11 +100,11 @@ async def test_summarizer_input_stays_bounded_over_300_turns(
 
     requests = llm.requests_for(SUMM)
     updates = [tokens_of(r) for r in requests if not is_facts(r)]
-    extractions = [tokens_of(r) for r in requests if is_facts(r)]
-    assert len(updates) == len(extractions) >= 50  # facts extracted before every summary
+    assert len(updates) >= 50
+    assert not any(is_facts(r) for r in requests)  # facts have runs of their own
     limits = summary_limits(rt.settings)
     bound = limits.summary + limits.batch + PROMPT_RESERVE
-    assert max(updates) <= bound and max(extractions) <= bound
+    assert max(updates) <= bound
     # The history grew about 6x from turn 50 to 300; the summarizer's input did not.
     assert sizes[300] > 5 * sizes[50]
     late, settled = updates[-10:], updates[10:20]
@@ -114,7 +115,7 @@ async def test_summarizer_input_stays_bounded_over_300_turns(
 
 
 async def test_facts_extracted_merged_and_labelled(runtime_factory: Any, llm: Any) -> None:
-    rt = await runtime_factory(max_context=4, summary_trigger=2, summary_model=SUMM)
+    rt = await runtime_factory(max_context=4, summary_trigger=2, summary_model=SUMM, facts_every=2)
     llm.default_reply = fake_models
     for text in (
         "Меня зовут Анна.",
@@ -139,9 +140,24 @@ async def test_facts_extracted_merged_and_labelled(runtime_factory: Any, llm: An
     ]
     conv = await conversation(rt, ANNA.owner_id)
     assert all(f["source_conversation_id"] == conv for f in facts.values())
-    # Facts come from each batch before it is summarized: the requests alternate.
-    kinds = [is_facts(r) for r in llm.requests_for(SUMM)]
-    assert kinds and kinds == [True, False] * (len(kinds) // 2)
+    # Every user message reached fact extraction exactly once, in order.
+    extracted = [
+        line
+        for r in llm.requests_for(SUMM)
+        if is_facts(r)
+        for line in r["messages"][-1]["content"].split("Messages:\n")[1].splitlines()
+        if line.startswith("[user]: ")
+    ]
+    assert [line.split("] ", 2)[-1] for line in extracted] == [
+        "Меня зовут Анна.",
+        "Я живу в Самаре.",
+        "Я очень люблю улун.",
+        "Кажется, виновата база, сервис тормозит.",
+        "Кстати, я переехала в Казань.",
+        "ок",
+        "ок",
+        "ок",
+    ]
 
     await rt.service.handle_message(ANNA, "Посоветуй, какой чай заварить вечером")
     system = llm.requests_for("gpt-4o-mini")[-1]["messages"][0]["content"]
@@ -161,7 +177,7 @@ async def test_strategies_are_incremental(runtime_factory: Any, llm: Any, strate
     rt = await runtime_factory(
         max_context=4, summary_trigger=2, summary_model=SUMM, summary_strategy=strategy
     )
-    llm.script_for(SUMM, "[]", "decision:first: one", "[]", "decision:second: two")
+    llm.script_for(SUMM, "decision:first: one", "decision:second: two")
     repo = rt.deps.conversations
     conv = await conversation(rt, ANNA.owner_id)
     for i in range(6):
@@ -180,15 +196,19 @@ async def test_strategies_are_incremental(runtime_factory: Any, llm: Any, strate
     assert (await repo.get_conversation(conv))["summary"] == "decision:second: two"
 
 
-async def test_unreadable_facts_do_not_stop_the_summary(runtime_factory: Any, llm: Any) -> None:
+async def test_unreadable_facts_are_dropped_and_the_batch_marked(
+    runtime_factory: Any, llm: Any
+) -> None:
     rt = await runtime_factory(max_context=2, summary_trigger=2, summary_model=SUMM)
     llm.script_for(SUMM, "I could not find any facts, sorry!", "Summary: talked.")
     conv = await conversation(rt, ANNA.owner_id)
     for i in range(4):
         await rt.deps.conversations.append_message(conv, "user", f"m{i}")
+    assert await extract_pending(rt.deps, ANNA.owner_id, conv) == 0
+    assert await rt.deps.memory.list_facts(ANNA.owner_id) == []
+    assert await rt.deps.conversations.facts_pending(conv, 10) == []  # not asked again
     assert await summarize_overflow(rt.deps, conv) == 2
     assert (await rt.deps.conversations.get_conversation(conv))["summary"] == "Summary: talked."
-    assert await rt.deps.memory.list_facts(ANNA.owner_id) == []
 
 
 async def test_model_error_advances_nothing(runtime_factory: Any, llm: Any) -> None:
@@ -196,12 +216,17 @@ async def test_model_error_advances_nothing(runtime_factory: Any, llm: Any) -> N
     conv = await conversation(rt, ANNA.owner_id)
     for i in range(4):
         await rt.deps.conversations.append_message(conv, "user", f"m{i}")
-    llm.fail_next(1)
+    llm.fail_next(2)
     with pytest.raises(Exception, match="500"):
         await summarize_overflow(rt.deps, conv)
-    assert (await rt.deps.conversations.get_conversation(conv))["summary_upto_id"] == 0
-    llm.script_for(SUMM, "[]", "Summary.")
+    with pytest.raises(Exception, match="500"):
+        await extract_pending(rt.deps, ANNA.owner_id, conv)
+    rows = await rt.deps.conversations.load_last_messages(conv, 10)
+    assert not any(r["summarized"] or r["facts_extracted"] for r in rows)
+    llm.script_for(SUMM, "Summary.", '{"facts": []}')
     assert await summarize_overflow(rt.deps, conv) == 2  # the same batch, retried
+    assert await extract_pending(rt.deps, ANNA.owner_id, conv) == 0
+    assert await rt.deps.conversations.facts_pending(conv, 10) == []
 
 
 async def test_oversized_messages_are_summarized_not_lost(runtime_factory: Any, llm: Any) -> None:
@@ -221,14 +246,14 @@ async def test_oversized_messages_are_summarized_not_lost(runtime_factory: Any, 
     reserve = count_tools(make_tools(rt.deps), rt.deps.counter)
     folded = await summarize_overflow(rt.deps, conv, reserve)
     assert folded >= 8
-    upto = (await repo.get_conversation(conv))["summary_upto_id"]
-    assert "Большое сообщение 0." in llm.requests_for(SUMM)[1]["messages"][-1]["content"]
+    summarized = {r["id"] for r in await repo.load_last_messages(conv, 20) if r["summarized"]}
+    assert "Большое сообщение 0." in llm.requests_for(SUMM)[0]["messages"][-1]["content"]
     # What the summary does not cover fits working memory: nothing falls in between.
     await rt.deps.users.get_or_create(ANNA.owner_id)
     await rt.service.handle_message(ANNA, "и что?")
     sent = " ".join(m["content"] for m in llm.requests_for("gpt-4o-mini")[-1]["messages"])
     for i, message_id in enumerate(ids):
-        assert message_id <= upto or f"Большое сообщение {i}." in sent, i
+        assert message_id in summarized or f"Большое сообщение {i}." in sent, i
 
 
 async def test_forget_leaves_only_the_system_prompt(runtime_factory: Any, llm: Any) -> None:

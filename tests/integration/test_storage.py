@@ -12,6 +12,7 @@ from psycopg_pool import AsyncConnectionPool
 from src.storage.conversation_repo import ConversationRepository
 from src.storage.migrations import applied_versions, discover, migrate
 from src.storage.pg_client import make_pool
+from src.storage.squash_repo import SquashRepository
 from src.storage.users_repo import UsersRepository
 
 Pool = AsyncConnectionPool[Any]
@@ -120,22 +121,49 @@ async def test_concurrent_appends_unique_gapless_numbers(pool: Pool) -> None:
     assert {m["content"] for m in loaded} == {f"c{i}" for i in range(50)}
 
 
-async def test_max_storage_trims_oldest(pool: Pool) -> None:
+async def test_max_storage_trims_only_what_memory_is_done_with(pool: Pool) -> None:
     repo = ConversationRepository(pool, max_storage=5)
     conv = await repo.get_or_create_conversation(14)
-    for i in range(8):
+    rows = [await repo.append_message(conv, "user", str(i)) for i in range(8)]
+    # Nothing was summarized or fact-extracted yet: nothing may go (issue 12).
+    assert await repo.count_messages(conv) == 8
+    await repo.fold_into_summary(conv, "s", [r["id"] for r in rows[:4]])
+    await repo.append_message(conv, "user", "8")
+    assert await repo.count_messages(conv) == 9  # summarized, but facts still pending
+    await repo.mark_facts_extracted(conv, [r["id"] for r in rows[:2]])
+    await repo.append_message(conv, "user", "9")
+    loaded = await repo.load_last_messages(conv, 20)
+    assert [m["content"] for m in loaded] == [str(i) for i in range(2, 10)]
+
+
+async def test_max_storage_keeps_squash_originals(pool: Pool) -> None:
+    repo = ConversationRepository(pool, max_storage=3)
+    conv = await repo.get_or_create_conversation(16)
+    rows = [await repo.append_message(conv, "user", str(i)) for i in range(4)]
+    await SquashRepository(pool).squash(conv, [rows[0]["id"], rows[1]["id"]], "0+1", "model")
+    live = await repo.load_last_messages(conv, 20)
+    async with pool.connection() as c:
+        await c.execute("UPDATE messages SET summarized = true, facts_extracted = true")
+    for i in range(4, 8):
         await repo.append_message(conv, "user", str(i))
-    assert await repo.count_messages(conv) == 5
-    assert [m["content"] for m in await repo.load_last_messages(conv)] == ["3", "4", "5", "6", "7"]
+    async with pool.connection() as c:
+        cur = await c.execute("SELECT content FROM messages WHERE squashed_at IS NOT NULL")
+        assert sorted(r["content"] for r in await cur.fetchall()) == ["0", "1"]
+    # "4" came after the marks: not summarized yet, so it stays beyond the limit.
+    assert [m["content"] for m in await repo.load_last_messages(conv, 20)] == ["4", "5", "6", "7"]
+    assert live[0]["content"] == "0+1"
 
 
 async def test_summary_and_end(pool: Pool) -> None:
     repo = ConversationRepository(pool)
     conv = await repo.get_or_create_conversation(15)
-    await repo.update_summary(conv, "s1", 10)
-    await repo.update_summary(conv, "s2", 5)
+    rows = [await repo.append_message(conv, "user", str(i)) for i in range(3)]
+    await repo.fold_into_summary(conv, "s1", [rows[0]["id"]])
+    await repo.fold_into_summary(conv, "s2", [rows[1]["id"]])
     row = await repo.get_conversation(conv)
-    assert row is not None and row["summary"] == "s2" and row["summary_upto_id"] == 10
+    assert row is not None and row["summary"] == "s2"
+    marks = [m["summarized"] for m in await repo.load_last_messages(conv, 3)]
+    assert marks == [True, True, False]
     await repo.end_conversation(conv)
     row = await repo.get_conversation(conv)
     assert row is not None and row["ended_at"] is not None

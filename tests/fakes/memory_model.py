@@ -1,0 +1,85 @@
+"""A stand-in for the summary and compact models behind the fake OpenAI server.
+
+It answers tgagent's three memory prompts the way a small instruction-following model
+would, from the text it is sent (no state of its own):
+- fact extraction: `{"facts": [...]}` with one fact per user line saying
+  "my <thing> is <value>" (or "меня зовут <name>"), keyed by the thing;
+- summary updates: the previous summary plus a short line per new message, cut to about
+  the length the prompt asks for;
+- session compacts: `{"summary", "topics", "lastAction"}` built from the user's lines.
+Anything else is answered like the default echo model.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from src.graph import prompts
+from src.graph.timestamps import strip_stamp
+from tests.fakes.openai_server import echo_reply, message_text
+
+MEMORY_MODEL = "memory-model"
+_MY = re.compile(r"\bmy ([a-z][a-z ]{0,30}?) is ([^.,;!?\n]+)", re.IGNORECASE)
+_NAME_RU = re.compile(r"меня зовут ([^.,;!?\n]+)", re.IGNORECASE)
+_LINE = re.compile(r"^\[(user|assistant|tool|system|summary)\]: ?(.*)$")
+
+
+def section(prompt: str, start: str, end: str | None = None) -> str:
+    """Return the text of `prompt` between the marker `start` and the marker `end`."""
+    after = prompt.split(start, 1)[-1]
+    return after.split(end, 1)[0] if end else after
+
+
+def transcript(text: str) -> list[tuple[str, str]]:
+    """Return the `[role]: text` lines of a memory prompt as (role, text), stamps removed."""
+    lines = []
+    for line in text.splitlines():
+        match = _LINE.match(line.strip())
+        if match:
+            lines.append((match.group(1), strip_stamp(match.group(2)).strip()))
+    return lines
+
+
+def facts_in(lines: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """Return the facts a user states in `lines` ("my X is Y", "меня зовут Y")."""
+    facts: dict[str, dict[str, Any]] = {}
+    for role, text in lines:
+        if role != "user":
+            continue
+        for match in _MY.finditer(text):
+            key = "_".join(match.group(1).lower().split())
+            facts[key] = {"key": key, "value": match.group(2).strip(), "type": "fact"}
+        for match in _NAME_RU.finditer(text):
+            facts["name"] = {"key": "name", "value": match.group(1).strip(), "type": "fact"}
+    return [{**f, "importance": 7} for f in facts.values()]
+
+
+def memory_reply(request: dict[str, Any]) -> str:
+    """Answer one of tgagent's memory prompts (facts, summary, compact), else echo."""
+    messages = request.get("messages") or []
+    system = message_text(messages[0]) if messages else ""
+    prompt = message_text(messages[-1]) if messages else ""
+    if system == prompts.FACTS_SYSTEM:
+        lines = transcript(section(prompt, "Messages:\n", "\n\nAnswer with"))
+        return json.dumps({"facts": facts_in(lines)}, ensure_ascii=False)
+    if system == prompts.SUMMARIZER_SYSTEM:
+        old = section(prompt, "Current summary (empty at first):\n", "\n\nNew messages:")
+        new = transcript(section(prompt, "New messages:\n", "\n\nRules:"))
+        words = int(re.search(r"at most about (\d+) words", prompt).group(1))  # type: ignore[union-attr]
+        added = [f"{role}: {text[:60]}" for role, text in new if text]
+        summary = ([] if old.strip() == "(empty)" else [old.strip()]) + added
+        # Like a model told "at most about N words": the oldest details go first.
+        kept = " | ".join(summary).split()
+        return " ".join(kept[-words:])
+    if system == prompts.COMPACT_SYSTEM:
+        lines = transcript(section(prompt, "Messages:\n", "\n\nAnswer with"))
+        asked = [text for role, text in lines if role == "user"]
+        summary = ("Talked about: " + "; ".join(asked))[:480]
+        topics = [t.split()[0] for t in asked[:3] if t.split()]
+        last = next((text[:100] for role, text in reversed(lines) if role == "assistant"), "")
+        return json.dumps(
+            {"summary": summary, "topics": topics, "lastAction": last}, ensure_ascii=False
+        )
+    return echo_reply(request)
