@@ -49,6 +49,7 @@ SESSION_MESSAGES = 200
 WAIT_SECONDS = 10.0
 COMPACT_SCHEMA = object_schema(
     "session_compact",
+    "A short memory of a finished conversation.",
     {
         "summary": {"type": "string"},
         "topics": {"type": "array", "items": {"type": "string"}},

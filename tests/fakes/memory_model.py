@@ -21,7 +21,7 @@ from src.graph.timestamps import strip_stamp
 from tests.fakes.openai_server import echo_reply, message_text
 
 MEMORY_MODEL = "memory-model"
-_MY = re.compile(r"\bmy ([a-z][a-z ]{0,30}?) is ([^.,;!?\n]+)", re.IGNORECASE)
+_MY = re.compile(r"\bmy ([a-z][a-z0-9 ]{0,30}?) is ([^.,;!?\n]+)", re.IGNORECASE)
 _NAME_RU = re.compile(r"меня зовут ([^.,;!?\n]+)", re.IGNORECASE)
 _LINE = re.compile(r"^\[(user|assistant|tool|system|summary)\]: ?(.*)$")
 

@@ -281,3 +281,27 @@ def test_configure_logging_redacts_every_line(capsys: pytest.CaptureFixture[str]
         for handler in saved_handlers:
             root.addHandler(handler)
         root.setLevel(saved_level)
+
+
+def test_max_storage_below_window_plus_trigger_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # It would delete messages before they could ever be summarized (issue 12).
+    monkeypatch.setenv("MAX_STORAGE", "35")
+    with pytest.raises(ConfigError) as info:
+        load()
+    message = str(info.value)
+    assert message == (
+        "invalid configuration: MAX_STORAGE=35 is too small: use 0 (keep everything) or at "
+        "least MAX_CONTEXT + SUMMARY_TRIGGER = 40"
+    )
+    monkeypatch.setenv("MAX_STORAGE", "40")
+    assert load().max_storage == 40
+    monkeypatch.setenv("MAX_STORAGE", "0")
+    assert load().max_storage == 0
+
+
+def test_session_idle_minutes_accepts_fractions(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SESSION_IDLE_MINUTES", "0.05")
+    assert load().session_idle_minutes == 0.05
+    monkeypatch.setenv("SESSION_IDLE_MINUTES", "0")
+    with pytest.raises(ConfigError, match="SESSION_IDLE_MINUTES"):
+        load()

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from src.graph.memory.facts import normalize_key, parse_facts
+from src.graph.memory.facts import normalize_key, parse_facts, reuse_known_keys
 from src.graph.memory.structured import load_json
 from src.services.compaction import COMPACT_CHARS, fallback_compact, parse_compact
 
@@ -73,6 +73,26 @@ def test_facts_repaired_item_by_item() -> None:
 def test_normalize_key() -> None:
     assert normalize_key("Любимый  напиток!") == "любимый_напиток"
     assert normalize_key("a" * 100) == "a" * 64
+    # Words that only say "about the user" do not make a new key.
+    assert normalize_key("User's name") == normalize_key("my_name") == "name"
+    assert normalize_key("имя пользователя") == "имя"
+    assert normalize_key("user") == "user"  # nothing else left: kept as it is
+
+
+def test_known_keys_are_reused_for_the_same_thing() -> None:
+    known = ["favorite_books", "city", "dog_name"]
+    facts = [
+        {"key": "favorite_book", "value": "Dune"},
+        {"key": "city", "value": "Kazan"},
+        {"key": "dogs_name", "value": "Rex"},
+        {"key": "car", "value": "Skoda"},
+    ]
+    assert [f["key"] for f in reuse_known_keys(facts, known)] == [
+        "favorite_books",
+        "city",
+        "dog_name",
+        "car",
+    ]
 
 
 @given(st.text(max_size=200))

@@ -51,12 +51,14 @@ _TYPE_ALIASES = {
     "rule": "constraint",
 }
 _NOT_KEY = re.compile(r"[^\w]+")
+_POSSESSIVE = re.compile(r"['’]s\b")
 # Words that only say the fact is about the user: `user_name` and `name` are one key.
 _OWNER_WORDS = frozenset(
     {"user", "users", "the", "my", "his", "her", "their", "пользователь", "пользователя", "мой"}
 )
 FACTS_SCHEMA = object_schema(
     "user_facts",
+    "Durable facts about the user found in the messages.",
     {
         "facts": {
             "type": "array",
@@ -78,7 +80,8 @@ FACTS_SCHEMA = object_schema(
 
 def normalize_key(key: Any) -> str:
     """Return a fact key as `snake_case` (any script) without owner words, at most 64 chars."""
-    words = [w for w in _NOT_KEY.sub("_", str(key).strip().lower()).split("_") if w]
+    text = _POSSESSIVE.sub("", str(key).strip().lower())
+    words = [w for w in _NOT_KEY.sub("_", text).split("_") if w]
     kept = [w for w in words if w not in _OWNER_WORDS] or words
     return "_".join(kept)[:64]
 

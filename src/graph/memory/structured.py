@@ -47,20 +47,18 @@ def load_json(text: str) -> Any:
     return None
 
 
-def object_schema(name: str, properties: dict[str, Any]) -> dict[str, Any]:
-    """Return a strict `response_format` JSON schema for an object of `properties`."""
+def object_schema(name: str, description: str, properties: dict[str, Any]) -> dict[str, Any]:
+    """Return the JSON schema of an object of `properties`, all required, nothing else.
+
+    Its `title` names the `response_format`; it is sent as a strict schema.
+    """
     return {
-        "type": "json_schema",
-        "json_schema": {
-            "name": name,
-            "strict": True,
-            "schema": {
-                "type": "object",
-                "properties": properties,
-                "required": list(properties),
-                "additionalProperties": False,
-            },
-        },
+        "title": name,
+        "description": description,
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
     }
 
 
@@ -93,7 +91,7 @@ class JsonAnswers:
         if self.enabled and name not in self.refused:
             try:
                 runnable = model.with_structured_output(
-                    schema, method="json_schema", include_raw=True
+                    schema, method="json_schema", strict=True, include_raw=True
                 )
             except (NotImplementedError, ValueError):
                 self.refused.add(name)  # a model class without structured output
