@@ -109,17 +109,26 @@ async def test_facts_are_capped_and_keys_normalized(runtime_factory: Any, llm: A
     assert facts[0]["key"] == "name" and facts[0]["value"] == "Nina Karlova"
 
 
+async def squashed(
+    runtime_factory: Any, llm: Any, window: int, count: int, run: list[int], summary: str
+) -> tuple[Any, Ledger, Any]:
+    """Store u1..u<count>, squash the messages at indices `run` into `summary`."""
+    ledger = Ledger()
+    llm.default_for(MEMORY_MODEL, ledger.reply)
+    rt = await runtime_factory(max_context=window, summary_trigger=2)
+    repo = rt.deps.conversations
+    conv = await repo.get_or_create_conversation(NINA.owner_id)
+    rows = [await repo.append_message(conv, "user", f"u{i}") for i in range(1, count + 1)]
+    await SquashRepository(rt.pool).squash(conv, [rows[i]["id"] for i in run], summary, "model")
+    return rt, ledger, conv
+
+
 async def test_squash_row_reaches_the_summarizer_once(runtime_factory: Any, llm: Any) -> None:
     """Before: the cursor was the last summarized message's id; a squash summary gets a
     new, larger id at an early position, so it was sent again round after round (or,
     when a batch ended on it, every later message was skipped)."""
-    ledger = Ledger()
-    llm.default_for(MEMORY_MODEL, ledger.reply)
-    rt = await runtime_factory(max_context=4, summary_trigger=2)
+    rt, ledger, conv = await squashed(runtime_factory, llm, 4, 9, [2, 3], "S1")
     repo = rt.deps.conversations
-    conv = await repo.get_or_create_conversation(NINA.owner_id)
-    rows = [await repo.append_message(conv, "user", f"u{i}") for i in range(1, 10)]
-    await SquashRepository(rt.pool).squash(conv, [rows[2]["id"], rows[3]["id"]], "S1", "model")
     await summarize_overflow(rt.deps, conv)
     for i in range(10, 16):
         await repo.append_message(conv, "user", f"u{i}")
@@ -133,13 +142,8 @@ async def test_squash_row_reaches_the_summarizer_once(runtime_factory: Any, llm:
 
 async def test_summary_after_a_squash_that_ends_a_batch(runtime_factory: Any, llm: Any) -> None:
     """A batch that ends on the squash row must not hide the messages after it."""
-    ledger = Ledger()
-    llm.default_for(MEMORY_MODEL, ledger.reply)
-    rt = await runtime_factory(max_context=2, summary_trigger=2)
+    rt, ledger, conv = await squashed(runtime_factory, llm, 2, 4, [1, 2], "S7")
     repo = rt.deps.conversations
-    conv = await repo.get_or_create_conversation(NINA.owner_id)
-    rows = [await repo.append_message(conv, "user", f"u{i}") for i in range(1, 5)]
-    await SquashRepository(rt.pool).squash(conv, [rows[1]["id"], rows[2]["id"]], "S7", "model")
     # Live: u1, S7, u4; then u5 arrives and the first batch is u1, S7 (S7 has the
     # largest id of all, at the second position).
     for i in range(5, 9):
