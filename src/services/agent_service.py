@@ -193,7 +193,6 @@ class AgentService:
             await self.compactor.end_session(
                 identity.owner_id, conversation_id, until=conversation["last_message_at"]
             )
-        progress["stored"] = True
         state = turn_input(identity.owner_id, str(conversation_id), row, lang)
         config = {"configurable": {"thread_id": str(conversation_id)}, "run_name": "turn"}
         outcome = TurnResult("", conversation_id=str(conversation_id))

@@ -221,11 +221,6 @@ class Compactor:
         )
         return row
 
-    async def compact(self, owner_id: int, conversation_id: uuid.UUID) -> dict[str, Any] | None:
-        """Compact the conversation's current session now (None: nothing to compact)."""
-        session = await self.read_session(owner_id, conversation_id)
-        return await self.store(session) if session is not None else None
-
     async def end_session(
         self, owner_id: int, conversation_id: uuid.UUID, until: datetime | None = None
     ) -> dict[str, Any] | None:
