@@ -132,7 +132,7 @@ def stated_keys(turns: int) -> int:
 
 
 def user_text(turn: int) -> str:
-    """Return the synthetic user's message of `turn` (1-based): 100 to 500 characters."""
+    """Return the synthetic user's message of `turn` (1-based): 110 to 340 characters."""
     topic = TOPICS[(turn // 7) % len(TOPICS)]
     text = f"Сообщение {turn:05d}. "
     fact = new_fact(turn)
