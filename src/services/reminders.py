@@ -20,7 +20,8 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 
-from src.graph.context.render import reply_text
+from src.graph.context.render import reply_text, transcript_line
+from src.graph.context.sections import fact_line
 from src.graph.deps import GraphDeps
 from src.graph.nodes import window_size
 from src.lang import lang_of
@@ -33,6 +34,8 @@ RECENT_MESSAGES = 12
 MAX_REMINDER_CHARS = 600
 LANGUAGE_NAMES = {"ru": "Russian", "en": "English"}
 
+# Tokens of one recent message shown to the reminder's model.
+MESSAGE_TOKENS = 150
 REMINDER_SYSTEM = """You are a personal assistant in Telegram. The user has not written \
 to you for a while. Write ONE short message (one or two sentences) to remind them of \
 yourself: refer to something concrete from your past conversation if there is anything, \
@@ -186,13 +189,13 @@ class ReminderService:
         conv = await deps.conversations.get_conversation(conversation_id)
         facts = await deps.memory.list_facts(owner, 10)
         lines = [
-            f"{row['role'].capitalize()}: {row['content'][:500]}"
+            transcript_line(row, MESSAGE_TOKENS, deps.counter)
             for row in rows
             if row["role"] in ("user", "assistant")
         ]
         memory = REMINDER_MEMORY.format(
             summary=(conv or {}).get("summary") or "-",
-            facts="\n".join(f"- {f['key']}: {f['value']}" for f in facts) or "-",
+            facts="\n".join(fact_line(f) for f in facts) or "-",
             messages="\n".join(lines) or "-",
         )
         language = LANGUAGE_NAMES[lang_of(user.get("language_code"))]
