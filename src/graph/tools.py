@@ -3,7 +3,9 @@ the model's arguments: every tool reads `user_id` from the injected state."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from datetime import date, datetime, time, timedelta
+from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo
 
 from langchain_core.tools import BaseTool, tool
 from langgraph.prebuilt import InjectedState
@@ -11,9 +13,13 @@ from langgraph.prebuilt import InjectedState
 from src.graph.context.render import when_local
 from src.graph.context.sections import compact_line
 from src.graph.deps import GraphDeps
+from src.graph.timestamps import strip_stamp
+from src.storage.memory_repo import StopWordsOnly
 
 # Characters of one found message shown to the model.
 SEARCH_SNIPPET_CHARS = 500
+# A hit's next message is shown when it is at most this long.
+NEIGHBOUR_CHARS = 300
 
 
 def format_compacts(rows: list[dict[str, Any]], deps: GraphDeps) -> str:
@@ -25,18 +31,40 @@ def format_compacts(rows: list[dict[str, Any]], deps: GraphDeps) -> str:
 
 
 def format_found(rows: list[dict[str, Any]], query: str, deps: GraphDeps) -> str:
-    """Render found messages with their dates, best match first."""
+    """Render found messages with date, role and `#number`, best match first.
+
+    A hit's next message is shown when it is short: a question's answer is often there.
+    """
     if not rows:
         return f"Nothing found for {query!r}."
+    zone = deps.settings.zone
     lines = []
     for row in rows:
-        text = " ".join((row["content"] or "").split())
-        if len(text) > SEARCH_SNIPPET_CHARS:
-            text = text[:SEARCH_SNIPPET_CHARS] + " …"
         mark = " (compressed out of the conversation)" if row.get("squashed") else ""
-        when = when_local(row["created_at"], deps.settings.zone)
-        lines.append(f"- {when} {row['role']}{mark}: {text}")
+        when = when_local(row["created_at"], zone)
+        text = _snippet(strip_stamp(row["content"]))
+        lines.append(f"- {when} #{row['number']} {row['role']}{mark}: {text}")
+        after = " ".join(strip_stamp(row.get("next_content") or "").split())
+        if after and len(after) <= NEIGHBOUR_CHARS:
+            lines.append(f"  next, #{row['next_number']} {row['next_role']}: {after}")
     return f"Found {len(rows)} message(s) for {query!r}, best match first:\n" + "\n".join(lines)
+
+
+def _snippet(content: str) -> str:
+    text = " ".join((content or "").split())
+    return text[:SEARCH_SNIPPET_CHARS] + " …" if len(text) > SEARCH_SNIPPET_CHARS else text
+
+
+def local_day(value: str | None, zone: ZoneInfo, end: bool = False) -> datetime | None:
+    """Return the start of a `YYYY-MM-DD` day in `zone` (with `end`, of the day after)."""
+    if not value:
+        return None
+    try:
+        day = date.fromisoformat(value.strip()[:10])
+    except ValueError:
+        raise ValueError(f"dates are YYYY-MM-DD, not {value!r}") from None
+    start = datetime.combine(day, time.min, tzinfo=zone)
+    return start + timedelta(days=1) if end else start
 
 
 def make_memory_tools(deps: GraphDeps) -> list[BaseTool]:
@@ -59,19 +87,42 @@ def make_memory_tools(deps: GraphDeps) -> list[BaseTool]:
         query: str,
         state: Annotated[dict[str, Any], InjectedState],
         limit: int = 10,
+        since: str | None = None,
+        until: str | None = None,
+        role: Literal["user", "assistant"] | None = None,
     ) -> str:
         """Search everything the user and you said in stored conversations, including
         parts that are no longer in your context, and return matching messages with
-        their dates, best match first.
+        their dates and numbers (#17), best match first; a short next message is shown
+        with each hit (a question's answer is often there).
 
         Args:
-            query: words to look for (any of them matches; Russian and English word
-                forms are matched, e.g. "кот" finds "коты").
+            query: the words to look for: names, places, things (any of them matches;
+                Russian and English word forms are matched, e.g. "кот" finds "коты";
+                end a word with * to match its beginning, e.g. "ноут*").
             limit: how many messages to return at most (1-50).
+            since: only messages from this day on, YYYY-MM-DD in the user's time zone.
+            until: only messages up to this day, inclusive, YYYY-MM-DD.
+            role: only the user's messages ("user") or only yours ("assistant").
         """
-        rows = await deps.memory.search_messages(
-            state["user_id"], query, limit, exclude_id=state.get("input_message_id")
-        )
+        if not query.strip():
+            return "The query is empty: say what to look for."
+        zone = deps.settings.zone
+        try:
+            rows = await deps.memory.search_messages(
+                state["user_id"],
+                query,
+                limit,
+                exclude_id=state.get("input_message_id"),
+                since=local_day(since, zone),
+                until=local_day(until, zone, end=True),
+                role=role,
+            )
+        except StopWordsOnly:
+            return (
+                f"The query {query!r} has only common words, which match everything. "
+                "Search for something specific: a name, a place, a thing, a number."
+            )
         return format_found(rows, query, deps)
 
     return [recall_previous_conversations, search_history]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -93,26 +94,63 @@ ORDER BY created_at DESC, id DESC LIMIT %s
 DELETE_COMPACTS = "DELETE FROM session_compacts WHERE telegram_user_id = %s"
 
 # The `russian` configuration stems Russian and (ASCII) English words; the expression
-# matches messages_fts_idx (sql/0003_memory.sql). Any word matches, by prefix; the
-# messages matching more of them rank first.
+# matches messages_fts_idx (sql/0006_search_text.sql), which leaves the time stamp out.
+# Any content word matches, whole (a prefix only where the query asks with `word*`); the
+# messages matching more of them rank first. The neighbour is the next user or assistant
+# message of the same conversation: a question's answer is often the next message.
 SEARCH_FULLTEXT = """
-SELECT m.id, m.conversation_id, m.role, m.content, m.created_at,
-       m.squashed_at IS NOT NULL AS squashed
-FROM messages m JOIN conversations c ON c.id = m.conversation_id,
-     to_tsquery('russian', %(query)s) q
-WHERE c.telegram_user_id = %(user)s AND m.role IN ('user', 'assistant')
-  AND m.id <> %(exclude)s AND to_tsvector('russian', m.content) @@ q
-ORDER BY ts_rank(to_tsvector('russian', m.content), q) DESC, m.created_at DESC, m.id DESC
-LIMIT %(limit)s
+SELECT hit.*, nb.role AS next_role, nb.number AS next_number, nb.content AS next_content
+FROM (
+    SELECT m.id, m.conversation_id, m.number, m.role, m.content, m.created_at,
+           m.squashed_at IS NOT NULL AS squashed,
+           ts_rank(to_tsvector('russian', search_text(m.content)), q) AS rank
+    FROM messages m JOIN conversations c ON c.id = m.conversation_id,
+         to_tsquery('russian', %(query)s) q
+    WHERE c.telegram_user_id = %(user)s AND m.role IN ('user', 'assistant')
+      AND m.role = ANY(%(roles)s) AND m.id <> %(exclude)s
+      AND NOT (m.meta IS NOT NULL AND m.meta ? 'frs_summary')
+      AND (%(since)s::timestamptz IS NULL OR m.created_at >= %(since)s::timestamptz)
+      AND (%(until)s::timestamptz IS NULL OR m.created_at < %(until)s::timestamptz)
+      AND to_tsvector('russian', search_text(m.content)) @@ q
+    ORDER BY rank DESC, m.created_at DESC, m.id DESC
+    LIMIT %(limit)s
+) hit
+LEFT JOIN LATERAL (
+    SELECT n.role, n.number, n.content FROM messages n
+    WHERE n.conversation_id = hit.conversation_id AND n.id > hit.id
+      AND n.role IN ('user', 'assistant')
+      AND NOT (n.meta IS NOT NULL AND n.meta ? 'frs_summary')
+    ORDER BY n.id LIMIT 1
+) nb ON true
+ORDER BY hit.rank DESC, hit.created_at DESC, hit.id DESC
 """
+# No searchable word (a code, a symbol): the phrase as a substring of the owner's newest
+# SUBSTRING_SCAN messages only, so the cost never grows with the history.
 SEARCH_SUBSTRING = """
-SELECT m.id, m.conversation_id, m.role, m.content, m.created_at,
-       m.squashed_at IS NOT NULL AS squashed
-FROM messages m JOIN conversations c ON c.id = m.conversation_id
-WHERE c.telegram_user_id = %(user)s AND m.role IN ('user', 'assistant')
-  AND m.id <> %(exclude)s AND m.content ILIKE %(pattern)s
+SELECT m.id, m.conversation_id, m.number, m.role, m.content, m.created_at,
+       m.squashed_at IS NOT NULL AS squashed,
+       NULL AS next_role, NULL AS next_number, NULL AS next_content
+FROM (
+    SELECT m.id FROM messages m JOIN conversations c ON c.id = m.conversation_id
+    WHERE c.telegram_user_id = %(user)s AND m.role IN ('user', 'assistant')
+    ORDER BY m.id DESC LIMIT %(scan)s
+) recent JOIN messages m ON m.id = recent.id
+WHERE m.role = ANY(%(roles)s) AND m.id <> %(exclude)s
+  AND NOT (m.meta IS NOT NULL AND m.meta ? 'frs_summary')
+  AND (%(since)s::timestamptz IS NULL OR m.created_at >= %(since)s::timestamptz)
+  AND (%(until)s::timestamptz IS NULL OR m.created_at < %(until)s::timestamptz)
+  AND search_text(m.content) ILIKE %(pattern)s
 ORDER BY m.created_at DESC, m.id DESC LIMIT %(limit)s
 """
+# Which query words carry meaning: not a stop word in Russian nor in English.
+CONTENT_WORDS = """
+SELECT word FROM unnest(%s::text[]) WITH ORDINALITY AS w(word, n)
+WHERE to_tsvector('english', word) <> ''::tsvector
+  AND to_tsvector('russian', word) <> ''::tsvector
+ORDER BY n
+"""
+SUBSTRING_SCAN = 5000
+MAX_QUERY_WORDS = 32
 
 # Silent since `before`, with messages the session compact does not cover yet.
 SELECT_IDLE_CONVERSATIONS = """
@@ -122,18 +160,46 @@ ORDER BY last_message_at LIMIT %s
 """
 MARK_SESSION_ENDED = "UPDATE conversations SET ended_at = %s WHERE id = %s"
 
-_WORD = re.compile(r"\w+")
+_WORD = re.compile(r"(\w+)(\*)?")
+ROLES = ("user", "assistant")
 
 
-def fts_query(text: str, max_words: int = 12) -> str:
-    """Turn free text into a safe `to_tsquery` string: any word, each as a prefix."""
-    words = [w for w in _WORD.findall(text.replace("_", " ")) if len(w) >= 2][:max_words]
-    return " | ".join(f"{w[:50]}:*" for w in words)
+@dataclass(frozen=True)
+class SearchQuery:
+    """What the model asked to search for, parsed: words, prefixes, filters."""
+
+    words: list[str]
+    """The query's words, in order (underscores split words)."""
+    prefixes: frozenset[str]
+    """Words the query marked as prefixes (`word*`)."""
+
+
+def parse_query(text: str) -> SearchQuery:
+    """Return the words of a query; `word*` asks for words beginning with `word`."""
+    words: list[str] = []
+    prefixes: set[str] = set()
+    for match in _WORD.finditer(text.replace("_", " ")):
+        word = match.group(1)[:50]
+        if len(word) < 2 and not word.isdigit():
+            continue
+        words.append(word)
+        if match.group(2):
+            prefixes.add(word)
+    return SearchQuery(words, frozenset(prefixes))
+
+
+def fts_query(words: list[str], prefixes: frozenset[str] = frozenset()) -> str:
+    """Turn content words into a safe `to_tsquery` string: any of them, whole words."""
+    return " | ".join(f"{w}:*" if w in prefixes else w for w in words)
 
 
 def _like_pattern(query: str) -> str:
     escaped = query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
+
+
+class StopWordsOnly(ValueError):
+    """The query has words, but only ones too common to search for."""
 
 
 class MemoryRepository(Repository):
@@ -297,27 +363,44 @@ class MemoryRepository(Repository):
         limit: int = 10,
         conn: Conn | None = None,
         exclude_id: int | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        role: str | None = None,
     ) -> list[dict[str, Any]]:
         """Return the user's messages matching `query`, best first, squashed included.
 
-        Full text (Russian and English stemming, any word, by prefix) first; when that
-        finds nothing, the phrase as a substring.
+        Full text over the content words (Russian and English stemming, whole words,
+        `word*` for a prefix); when the query has no word to search (a code, a symbol),
+        the phrase as a substring of the newest messages. `since` (inclusive) and `until`
+        (exclusive) bound the time, `role` the author. Each hit carries the next message
+        of its conversation (`next_role`, `next_number`, `next_content`). Raises
+        StopWordsOnly when the query's words are all too common to search for.
         """
         query = clean_text(query).strip()[:500]
         if not query:
             return []
+        if role is not None and role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, not {role!r}")
         params = {
             "user": telegram_user_id,
             "exclude": exclude_id or 0,
             "limit": max(1, min(50, limit)),
+            "roles": [role] if role else list(ROLES),
+            "since": since,
+            "until": until,
         }
+        parsed = parse_query(query)
         async with self._conn(conn) as c:
-            tsquery = fts_query(query)
-            if tsquery:
+            if parsed.words:
+                cur = await c.execute(CONTENT_WORDS, (parsed.words,))
+                words = [r["word"] for r in await cur.fetchall()][:MAX_QUERY_WORDS]
+                if not words:
+                    raise StopWordsOnly(query)
+                tsquery = fts_query(words, parsed.prefixes)
                 cur = await c.execute(SEARCH_FULLTEXT, {**params, "query": tsquery})
                 rows = list(await cur.fetchall())
                 if rows:
                     return rows
-            pattern = _like_pattern(query)
-            cur = await c.execute(SEARCH_SUBSTRING, {**params, "pattern": pattern})
+            substring = {"pattern": _like_pattern(query), "scan": SUBSTRING_SCAN}
+            cur = await c.execute(SEARCH_SUBSTRING, {**params, **substring})
             return list(await cur.fetchall())

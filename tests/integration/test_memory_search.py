@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -9,7 +10,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from src.services.agent_service import Identity
 from src.storage.conversation_repo import ConversationRepository
-from src.storage.memory_repo import MemoryRepository, fts_query
+from src.storage.memory_repo import MemoryRepository, StopWordsOnly, fts_query, parse_query
 
 Pool = AsyncConnectionPool[Any]
 PAVEL = Identity(7101, "pavel", "Pavel", "ru")
@@ -35,8 +36,16 @@ async def test_russian_and_english_word_forms(pool: Pool) -> None:
     assert [r["content"] for r in found] == ["Мою кошку зовут Муся"]
     found = await memory.search_messages(PAVEL.owner_id, "runs")
     assert [r["content"] for r in found] == ["I was running in the park yesterday"]
-    found = await memory.search_messages(PAVEL.owner_id, "ноут")  # a word's beginning
-    assert [r["content"] for r in found] == ["Купил новый ноутбук"]
+    # Whole words: "ноут" is no word of these messages. With no whole-word match at all,
+    # the phrase is looked for as a substring of the newest messages (bounded).
+    found = await memory.search_messages(PAVEL.owner_id, "ноут")
+    assert [(r["content"], r["rank"] if "rank" in r else None) for r in found] == [
+        ("Купил новый ноутбук", None)
+    ]
+    found = await memory.search_messages(PAVEL.owner_id, "ноут*")  # a prefix, as asked
+    assert [r["content"] for r in found] == ["Купил новый ноутбук"] and found[0]["rank"] > 0
+    found = await memory.search_messages(PAVEL.owner_id, "run")  # a word form, not a prefix
+    assert [r["content"] for r in found] == ["I was running in the park yesterday"]
     assert await memory.search_messages(PAVEL.owner_id, "собака") == []
 
 
@@ -96,10 +105,42 @@ async def test_hostile_queries_are_plain_text(pool: Pool, query: str) -> None:
     assert isinstance(await MemoryRepository(pool).search_messages(PAVEL.owner_id, query), list)
 
 
+async def test_time_stamp_is_not_searched_and_stop_words_are_not_a_query(pool: Pool) -> None:
+    await seed(pool, PAVEL.owner_id, "[Текущее время: 2026-11-23 02:54] купил велосипед")
+    memory = MemoryRepository(pool)
+    assert await memory.search_messages(PAVEL.owner_id, "время 2026") == []
+    assert len(await memory.search_messages(PAVEL.owner_id, "велосипед")) == 1
+    with pytest.raises(StopWordsOnly):
+        await memory.search_messages(PAVEL.owner_id, "When was that?")
+    with pytest.raises(StopWordsOnly):
+        await memory.search_messages(PAVEL.owner_id, "а что было?")
+
+
+async def test_filters_neighbour_and_number(pool: Pool) -> None:
+    repo = ConversationRepository(pool)
+    conv = await repo.get_or_create_conversation(PAVEL.owner_id)
+    question = await repo.append_message(conv, "user", "где мой паспорт?")
+    await repo.append_message(conv, "assistant", "В верхнем ящике стола.")
+    memory = MemoryRepository(pool)
+    (hit,) = await memory.search_messages(PAVEL.owner_id, "паспорт")
+    assert hit["number"] == question["number"]
+    assert (hit["next_role"], hit["next_content"]) == ("assistant", "В верхнем ящике стола.")
+    assert await memory.search_messages(PAVEL.owner_id, "паспорт", role="assistant") == []
+    later = question["created_at"] + timedelta(seconds=1)
+    assert await memory.search_messages(PAVEL.owner_id, "паспорт", since=later) == []
+    assert await memory.search_messages(PAVEL.owner_id, "паспорт", until=later) != []
+
+
+def tsquery_of(text: str) -> str:
+    parsed = parse_query(text)
+    return fts_query(parsed.words, parsed.prefixes)
+
+
 def test_fts_query_is_safe() -> None:
-    assert fts_query("Где мой кот?") == "Где:* | мой:* | кот:*"
-    assert fts_query("a:* & !b | (c)") == ""
-    assert fts_query("snake_case_word") == "snake:* | case:* | word:*"
+    assert tsquery_of("Где мой кот?") == "Где | мой | кот"  # whole words
+    assert tsquery_of("ноут* и кот") == "ноут:* | кот"  # a prefix where asked
+    assert tsquery_of("a:* & !b | (c)") == ""
+    assert tsquery_of("snake_case_word") == "snake | case | word"
 
 
 async def test_search_through_the_model(runtime_factory: Any, llm: Any) -> None:
@@ -116,3 +157,40 @@ async def test_search_through_the_model(runtime_factory: Any, llm: Any) -> None:
     assert "Мою собаку зовут Рекс" in tool and "как зовут мою собаку" not in tool
     assert tool.startswith("Found 1 message(s) for 'собака'")
     assert "- 20" in tool and " user: " in tool  # dated
+
+
+async def test_search_tool_offered_schema(runtime_factory: Any, llm: Any) -> None:
+    rt = await runtime_factory()
+    await rt.service.handle_message(PAVEL, "привет")
+    offered = {t["function"]["name"]: t["function"] for t in llm.last_request()["tools"]}
+    params = offered["search_history"]["parameters"]
+    # Exactly what the model may send: never a user id (that comes from the turn).
+    assert set(params["properties"]) == {"query", "limit", "since", "until", "role"}
+    assert params["required"] == ["query"]
+    role = params["properties"]["role"]
+    assert {"user", "assistant"} <= set(
+        role.get("enum") or [e for o in role.get("anyOf", []) for e in o.get("enum", [])]
+    )
+
+
+async def test_search_tool_dates_neighbour_and_common_words(runtime_factory: Any, llm: Any) -> None:
+    rt = await runtime_factory()
+    llm.script("Сейчас посмотрю.")
+    await rt.service.handle_message(PAVEL, "где мой паспорт?")
+    llm.script("В верхнем ящике стола.")
+    await rt.service.handle_message(PAVEL, "понял, спасибо")
+    today = rt.deps.clock().astimezone(rt.settings.zone).date().isoformat()
+    calls = [
+        {"name": "search_history", "args": {"query": "паспорт", "since": today}},
+        {"name": "search_history", "args": {"query": "паспорт", "until": "2001-01-01"}},
+        {"name": "search_history", "args": {"query": "when was that?"}},
+        {"name": "search_history", "args": {"query": "паспорт", "since": "вчера"}},
+    ]
+    llm.script({"tool_calls": calls}, "ok")
+    await rt.service.handle_message(PAVEL, "что я спрашивал про паспорт?")
+    results = [m["content"] for m in llm.last_request()["messages"] if m["role"] == "tool"]
+    assert f"- {today} " in results[0] and "#1 user: где мой паспорт?" in results[0]
+    assert "next, #2 assistant: Сейчас посмотрю." in results[0]
+    assert results[1] == "Nothing found for 'паспорт'."
+    assert "only common words" in results[2]
+    assert "YYYY-MM-DD" in results[3]  # a readable tool error, never a crash
