@@ -1,4 +1,4 @@
-"""Run a benchmark: `python -m bench {storage,turns} [options]`."""
+"""Run a benchmark: `python -m bench {storage,turns,recall} [options]`."""
 
 from __future__ import annotations
 
@@ -18,7 +18,17 @@ def _turns(argv: Sequence[str]) -> int:
     return main(argv)
 
 
-BENCHMARKS: dict[str, Callable[[Sequence[str]], int]] = {"storage": _storage, "turns": _turns}
+def _recall(argv: Sequence[str]) -> int:
+    from bench.recall import main
+
+    return main(argv)
+
+
+BENCHMARKS: dict[str, Callable[[Sequence[str]], int]] = {
+    "storage": _storage,
+    "turns": _turns,
+    "recall": _recall,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -45,3 +45,6 @@ def register(sub: Any, db_sub: Any) -> None:
     )
     add_arguments(parser)
     parser.set_defaults(handler=_bench)
+    from bench import recall
+
+    recall.register(parser)
