@@ -6,6 +6,7 @@ user's memory.
 
 from __future__ import annotations
 
+import math
 import re
 import uuid
 from collections.abc import Iterable, Sequence
@@ -93,37 +94,70 @@ ORDER BY created_at DESC, id DESC LIMIT %s
 """
 DELETE_COMPACTS = "DELETE FROM session_compacts WHERE telegram_user_id = %s"
 
-# The `russian` configuration stems Russian and (ASCII) English words; the expression
-# matches messages_fts_idx (sql/0006_search_text.sql), which leaves the time stamp out.
-# Any content word matches, whole (a prefix only where the query asks with `word*`); the
-# messages matching more of them rank first. The neighbour is the next user or assistant
-# message of the same conversation: a question's answer is often the next message.
-SEARCH_FULLTEXT = """
-SELECT hit.*, nb.role AS next_role, nb.number AS next_number, nb.content AS next_content
-FROM (
-    SELECT m.id, m.conversation_id, m.number, m.role, m.content, m.created_at,
-           m.squashed_at IS NOT NULL AS squashed,
-           ts_rank(to_tsvector('russian', search_text(m.content)), q) AS rank
-    FROM messages m JOIN conversations c ON c.id = m.conversation_id,
-         to_tsquery('russian', %(query)s) q
-    WHERE c.telegram_user_id = %(user)s AND m.role IN ('user', 'assistant')
+# Lexical search is BM25 over the owner's own index (sql/0007_search_owner.sql): every
+# user and assistant message carries its lexemes prefixed with its owner's id, so each
+# query term reads one owner's posting list. Russian and English words are stemmed by the
+# `russian` configuration; the time stamp is not searchable text.
+#
+# The query's content words, each with the lexemes it stems to (stop words, Russian or
+# English, dropped).
+QUERY_TERMS = """
+SELECT w.word, array(SELECT lexeme FROM unnest(to_tsvector('russian', w.word))) AS lexemes
+FROM unnest(%s::text[]) WITH ORDINALITY AS w(word, n)
+WHERE to_tsvector('english', w.word) <> ''::tsvector
+  AND to_tsvector('russian', w.word) <> ''::tsvector
+ORDER BY w.n
+"""
+# Document frequency per term, counted up to a cap (a term in more messages than that is
+# common: its weight is near zero anyway), and the owner's message count.
+TERM_STATS = """
+SELECT t.n, (
+    SELECT count(*) FROM (
+        SELECT 1 FROM messages m
+        WHERE m.search_vector @@ owner_term(%(user)s, t.lexeme, t.prefix) LIMIT %(cap)s
+    ) d
+) AS df
+FROM unnest(%(lexemes)s::text[], %(prefixes)s::bool[]) WITH ORDINALITY AS t(lexeme, prefix, n)
+UNION ALL
+SELECT 0, coalesce(sum(next_message_number - 1), 0) FROM conversations
+WHERE telegram_user_id = %(user)s
+"""
+# Candidates: up to `per_term` messages per term (all of a rare term's), with their vectors.
+CANDIDATES = """
+SELECT DISTINCT c.id, c.vector, c.created_at FROM
+unnest(%(lexemes)s::text[], %(prefixes)s::bool[]) AS t(lexeme, prefix),
+LATERAL (
+    SELECT m.id, m.search_vector::text AS vector, m.created_at FROM messages m
+    WHERE m.search_vector @@ owner_term(%(user)s, t.lexeme, t.prefix)
       AND m.role = ANY(%(roles)s) AND m.id <> %(exclude)s
-      AND NOT (m.meta IS NOT NULL AND m.meta ? 'frs_summary')
       AND (%(since)s::timestamptz IS NULL OR m.created_at >= %(since)s::timestamptz)
       AND (%(until)s::timestamptz IS NULL OR m.created_at < %(until)s::timestamptz)
-      AND to_tsvector('russian', search_text(m.content)) @@ q
-    ORDER BY rank DESC, m.created_at DESC, m.id DESC
-    LIMIT %(limit)s
-) hit
+    LIMIT %(per_term)s
+) c
+"""
+# The hits themselves, each with the next user or assistant message of its conversation
+# (a question's answer is often the next message).
+HITS = """
+SELECT m.id, m.conversation_id, m.number, m.role, m.content, m.created_at,
+       m.squashed_at IS NOT NULL AS squashed,
+       nb.role AS next_role, nb.number AS next_number, nb.content AS next_content
+FROM messages m
 LEFT JOIN LATERAL (
     SELECT n.role, n.number, n.content FROM messages n
-    WHERE n.conversation_id = hit.conversation_id AND n.id > hit.id
+    WHERE n.conversation_id = m.conversation_id AND n.id > m.id
       AND n.role IN ('user', 'assistant')
       AND NOT (n.meta IS NOT NULL AND n.meta ? 'frs_summary')
     ORDER BY n.id LIMIT 1
 ) nb ON true
-ORDER BY hit.rank DESC, hit.created_at DESC, hit.id DESC
+WHERE m.id = ANY(%(ids)s) AND m.owner_id = %(user)s
 """
+DF_CAP = 5000
+PER_TERM = 300
+# BM25's usual constants: term-frequency saturation and length normalization.
+BM25_K1 = 1.2
+BM25_B = 0.75
+_VECTOR_ENTRY = re.compile(r"'((?:[^']|'')*)'(?::([0-9A-D,]+))?")
+
 # No searchable word (a code, a symbol): the phrase as a substring of the owner's newest
 # SUBSTRING_SCAN messages only, so the cost never grows with the history.
 SEARCH_SUBSTRING = """
@@ -131,8 +165,8 @@ SELECT m.id, m.conversation_id, m.number, m.role, m.content, m.created_at,
        m.squashed_at IS NOT NULL AS squashed,
        NULL AS next_role, NULL AS next_number, NULL AS next_content
 FROM (
-    SELECT m.id FROM messages m JOIN conversations c ON c.id = m.conversation_id
-    WHERE c.telegram_user_id = %(user)s AND m.role IN ('user', 'assistant')
+    SELECT m.id FROM messages m
+    WHERE m.owner_id = %(user)s AND m.role IN ('user', 'assistant')
     ORDER BY m.id DESC LIMIT %(scan)s
 ) recent JOIN messages m ON m.id = recent.id
 WHERE m.role = ANY(%(roles)s) AND m.id <> %(exclude)s
@@ -141,13 +175,6 @@ WHERE m.role = ANY(%(roles)s) AND m.id <> %(exclude)s
   AND (%(until)s::timestamptz IS NULL OR m.created_at < %(until)s::timestamptz)
   AND search_text(m.content) ILIKE %(pattern)s
 ORDER BY m.created_at DESC, m.id DESC LIMIT %(limit)s
-"""
-# Which query words carry meaning: not a stop word in Russian nor in English.
-CONTENT_WORDS = """
-SELECT word FROM unnest(%s::text[]) WITH ORDINALITY AS w(word, n)
-WHERE to_tsvector('english', word) <> ''::tsvector
-  AND to_tsvector('russian', word) <> ''::tsvector
-ORDER BY n
 """
 SUBSTRING_SCAN = 5000
 MAX_QUERY_WORDS = 32
@@ -188,9 +215,36 @@ def parse_query(text: str) -> SearchQuery:
     return SearchQuery(words, frozenset(prefixes))
 
 
-def fts_query(words: list[str], prefixes: frozenset[str] = frozenset()) -> str:
-    """Turn content words into a safe `to_tsquery` string: any of them, whole words."""
-    return " | ".join(f"{w}:*" if w in prefixes else w for w in words)
+def vector_terms(vector: str) -> dict[str, int]:
+    """Return a stored search vector's terms (owner prefix removed) and their frequencies."""
+    terms: dict[str, int] = {}
+    for match in _VECTOR_ENTRY.finditer(vector):
+        lexeme = match.group(1).replace("''", "'").replace("\\\\", "\\")
+        terms[lexeme.split("|", 1)[-1]] = (match.group(2) or "").count(",") + 1
+    return terms
+
+
+def bm25(
+    candidates: list[dict[str, Any]], idf: dict[str, float], prefixes: frozenset[str]
+) -> list[tuple[float, dict[str, Any]]]:
+    """Score candidates by BM25 over the query terms, best first (ties: the newest)."""
+    docs = [(c, vector_terms(c["vector"])) for c in candidates]
+    avgdl = sum(sum(t.values()) for _, t in docs) / max(1, len(docs))
+    scored = []
+    for row, terms in docs:
+        dl = sum(terms.values())
+        score = 0.0
+        for term, weight in idf.items():
+            if term in prefixes:
+                tf = sum(f for lexeme, f in terms.items() if lexeme.startswith(term))
+            else:
+                tf = terms.get(term, 0)
+            if tf:
+                norm = BM25_K1 * (1 - BM25_B + BM25_B * dl / max(avgdl, 1.0))
+                score += weight * tf * (BM25_K1 + 1) / (tf + norm)
+        scored.append((score, row))
+    scored.sort(key=lambda x: (x[0], x[1]["created_at"], x[1]["id"]), reverse=True)
+    return scored
 
 
 def _like_pattern(query: str) -> str:
@@ -392,15 +446,42 @@ class MemoryRepository(Repository):
         parsed = parse_query(query)
         async with self._conn(conn) as c:
             if parsed.words:
-                cur = await c.execute(CONTENT_WORDS, (parsed.words,))
-                words = [r["word"] for r in await cur.fetchall()][:MAX_QUERY_WORDS]
-                if not words:
-                    raise StopWordsOnly(query)
-                tsquery = fts_query(words, parsed.prefixes)
-                cur = await c.execute(SEARCH_FULLTEXT, {**params, "query": tsquery})
-                rows = list(await cur.fetchall())
+                rows = await self._bm25(c, telegram_user_id, parsed, params)
                 if rows:
                     return rows
             substring = {"pattern": _like_pattern(query), "scan": SUBSTRING_SCAN}
             cur = await c.execute(SEARCH_SUBSTRING, {**params, **substring})
             return list(await cur.fetchall())
+
+    async def _bm25(
+        self, c: Conn, owner: int, parsed: SearchQuery, params: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """Rank the owner's messages matching any content word by BM25; best first."""
+        cur = await c.execute(QUERY_TERMS, (parsed.words,))
+        lexemes: list[str] = []
+        prefixes: set[str] = set()
+        for row in (await cur.fetchall())[:MAX_QUERY_WORDS]:
+            for lexeme in row["lexemes"]:
+                if lexeme not in lexemes:
+                    lexemes.append(lexeme)
+                if row["word"] in parsed.prefixes:
+                    prefixes.add(lexeme)
+        if not lexemes:
+            raise StopWordsOnly(" ".join(parsed.words))
+        terms = {"lexemes": lexemes, "prefixes": [x in prefixes for x in lexemes]}
+        cur = await c.execute(TERM_STATS, {**params, **terms, "cap": DF_CAP})
+        stats = {r["n"]: int(r["df"]) for r in await cur.fetchall()}
+        total = max(stats.pop(0, 0), max(stats.values(), default=0))
+        idf = {
+            lexemes[n - 1]: math.log(1 + (total - df + 0.5) / (df + 0.5))
+            for n, df in stats.items()
+            if df
+        }
+        if not idf:
+            return []
+        cur = await c.execute(CANDIDATES, {**params, **terms, "per_term": PER_TERM})
+        ranked = bm25(list(await cur.fetchall()), idf, frozenset(prefixes))
+        best = [row["id"] for score, row in ranked if score > 0][: params["limit"]]
+        cur = await c.execute(HITS, {"ids": best, "user": owner})
+        hits = {r["id"]: r for r in await cur.fetchall()}
+        return [hits[i] for i in best if i in hits]
