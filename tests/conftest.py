@@ -98,6 +98,9 @@ def make_settings(llm: FakeOpenAI | None = None, **overrides: Any) -> Settings:
         "llm_max_retries": 0,
         "llm_timeout": 10.0,
         "summary_model": MEMORY_MODEL,
+        # Semantic search is tested where it is the subject; elsewhere a background
+        # embedding model would only spend the machine's two cores.
+        "embedding_provider": "off",
     }
     if llm is not None:
         values |= {"openai_base_url": llm.base_url, "openai_api_key": "test-key"}

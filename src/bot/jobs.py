@@ -14,6 +14,9 @@ from src.services.reminders import RecipientGone, ReminderStats
 
 logger = logging.getLogger(__name__)
 
+# How often the bot looks for messages still without an embedding.
+EMBED_CHECK_SECONDS = 60.0
+
 App = Any  # telegram.ext.Application with whatever generic parameters the builder chose
 
 
@@ -60,6 +63,13 @@ async def prune_job(context: ContextTypes.DEFAULT_TYPE) -> None:
     logger.info("checkpoints pruned: %s", counts)
 
 
+async def embedding_job(context: ContextTypes.DEFAULT_TYPE) -> None:
+    """Job: embed messages still waiting (after a provider outage, or from before)."""
+    runtime = state_of(context).runtime
+    if runtime is not None and runtime.embeddings is not None:
+        runtime.embeddings.kick()
+
+
 def compaction_interval_minutes(idle_minutes: float) -> float:
     """Return how often to look for idle sessions: a sixth of the idle time, 1-10 min."""
     return max(1.0, min(10.0, idle_minutes / 6))
@@ -79,6 +89,8 @@ def schedule_jobs(app: App, state: BotState) -> list[str]:
         every = compaction_interval_minutes(settings.session_idle_minutes) * 60
         queue.run_repeating(compaction_job, interval=every, first=every, name="compaction")
         names.append("compaction")
+    queue.run_repeating(embedding_job, interval=EMBED_CHECK_SECONDS, first=5.0, name="embeddings")
+    names.append("embeddings")
     day = 24 * 3600.0
     queue.run_repeating(prune_job, interval=day, first=600.0, name="prune-checkpoints")
     names.append("prune-checkpoints")

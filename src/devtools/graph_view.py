@@ -21,6 +21,7 @@ from src.graph.main_graph import build_graph
 from src.storage.conversation_repo import ConversationRepository
 from src.storage.memory_repo import MemoryRepository
 from src.storage.pg_client import make_pool
+from src.storage.search_repo import SearchRepository
 from src.storage.users_repo import UsersRepository
 
 FORMATS = ("mermaid", "ascii", "html", "png")
@@ -52,6 +53,7 @@ def offline_graph(settings: Settings, checkpointer: BaseCheckpointSaver[Any] | N
         conversations=ConversationRepository(pool, settings.max_storage),
         users=UsersRepository(pool),
         memory=MemoryRepository(pool),
+        search=SearchRepository(pool),
         chat_model=model,
         summary_model=model,
     )

@@ -9,10 +9,12 @@ from datetime import UTC, datetime
 from langchain_core.language_models import BaseChatModel
 
 from src.config import Settings
+from src.embeddings import Embedder
 from src.graph.memory.structured import JsonAnswers
 from src.graph.tokens import ApproxCounter, TokenCounter
 from src.storage.conversation_repo import ConversationRepository
 from src.storage.memory_repo import MemoryRepository
+from src.storage.search_repo import SearchRepository
 from src.storage.users_repo import UsersRepository
 
 
@@ -29,8 +31,11 @@ class GraphDeps:
     conversations: ConversationRepository
     users: UsersRepository
     memory: MemoryRepository
+    search: SearchRepository
     chat_model: BaseChatModel
     summary_model: BaseChatModel
+    embedder: Embedder | None = None
+    """Embeds search queries; None when semantic search is off."""
     clock: Callable[[], datetime] = utc_now
     counter: TokenCounter = field(default_factory=ApproxCounter)
     json_answers: JsonAnswers = field(default_factory=JsonAnswers)

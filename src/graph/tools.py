@@ -3,6 +3,8 @@ the model's arguments: every tool reads `user_id` from the injected state."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from datetime import date, datetime, time, timedelta
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo
@@ -14,12 +16,16 @@ from src.graph.context.render import when_local
 from src.graph.context.sections import compact_line
 from src.graph.deps import GraphDeps
 from src.graph.timestamps import strip_stamp
-from src.storage.memory_repo import StopWordsOnly
+from src.storage.search_repo import SemanticQuery, StopWordsOnly
+
+logger = logging.getLogger(__name__)
 
 # Characters of one found message shown to the model.
 SEARCH_SNIPPET_CHARS = 500
 # A hit's next message is shown when it is at most this long.
 NEIGHBOUR_CHARS = 300
+# A query embedding that takes longer than this is given up: lexical search answers.
+QUERY_EMBED_SECONDS = 5.0
 
 
 def format_compacts(rows: list[dict[str, Any]], deps: GraphDeps) -> str:
@@ -53,6 +59,22 @@ def format_found(rows: list[dict[str, Any]], query: str, deps: GraphDeps) -> str
 def _snippet(content: str) -> str:
     text = " ".join((content or "").split())
     return text[:SEARCH_SNIPPET_CHARS] + " …" if len(text) > SEARCH_SNIPPET_CHARS else text
+
+
+async def semantic_query(deps: GraphDeps, query: str) -> SemanticQuery | None:
+    """Return the query's embedding, or None when embeddings are off or failing.
+
+    A failing or slow embedding provider never fails the search: lexical search answers
+    alone, and the log says why.
+    """
+    if deps.embedder is None:
+        return None
+    try:
+        vector = await asyncio.wait_for(deps.embedder.query(query), QUERY_EMBED_SECONDS)
+    except Exception as exc:  # any provider failure: search without embeddings
+        logger.warning("search without embeddings: %s: %s", type(exc).__name__, exc)
+        return None
+    return SemanticQuery(vector, deps.embedder.model)
 
 
 def local_day(value: str | None, zone: ZoneInfo, end: bool = False) -> datetime | None:
@@ -109,7 +131,7 @@ def make_memory_tools(deps: GraphDeps) -> list[BaseTool]:
             return "The query is empty: say what to look for."
         zone = deps.settings.zone
         try:
-            rows = await deps.memory.search_messages(
+            rows = await deps.search.search_messages(
                 state["user_id"],
                 query,
                 limit,
@@ -117,6 +139,7 @@ def make_memory_tools(deps: GraphDeps) -> list[BaseTool]:
                 since=local_day(since, zone),
                 until=local_day(until, zone, end=True),
                 role=role,
+                semantic=await semantic_query(deps, query),
             )
         except StopWordsOnly:
             return (

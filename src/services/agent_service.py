@@ -19,6 +19,7 @@ from src.graph.deps import GraphDeps
 from src.graph.frs.compress import build_compress_graph, run_compression
 from src.graph.nodes import ModelFailure, window_size
 from src.graph.timestamps import stamp
+from src.services.embedding_worker import EmbeddingWorker
 from src.services.texts import t
 from src.services.turn_lock import TurnLocks
 
@@ -106,13 +107,19 @@ class AgentService:
     """Run turns through the graph, one at a time per owner, and the memory commands."""
 
     def __init__(
-        self, deps: GraphDeps, graph: Any, checkpointer: Any = None, compactor: Any = None
+        self,
+        deps: GraphDeps,
+        graph: Any,
+        checkpointer: Any = None,
+        compactor: Any = None,
+        embeddings: EmbeddingWorker | None = None,
     ) -> None:
         self.deps = deps
         self.settings = deps.settings
         self.graph = graph
         self.checkpointer = checkpointer
         self.compactor = compactor
+        self.embeddings = embeddings
         self.locks = TurnLocks(deps.conversations.pool)
         self._background: set[asyncio.Task[Any]] = set()
 
@@ -166,6 +173,10 @@ class AgentService:
             logger.exception("turn of %s failed", identity.owner_id)
             if not result.done():
                 result.set_result(TurnResult(t("internal_error", lang), ok=False))
+        finally:
+            # Embeddings of the turn's messages are made after it, outside its lock.
+            if self.embeddings is not None and progress["stored"]:
+                self.embeddings.kick()
 
     async def _turn_locked(
         self,

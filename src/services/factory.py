@@ -11,12 +11,14 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg_pool import AsyncConnectionPool
 
 from src.config import Settings
+from src.embeddings import make_embedder
 from src.graph.deps import GraphDeps
 from src.graph.main_graph import build_graph
 from src.graph.memory.structured import JsonAnswers
 from src.graph.tokens import make_counter
 from src.services.agent_service import AgentService
 from src.services.compaction import Compactor
+from src.services.embedding_worker import EmbeddingWorker
 from src.services.llm_service import (
     make_chat_model,
     make_compact_model,
@@ -24,9 +26,11 @@ from src.services.llm_service import (
     model_configured,
 )
 from src.storage.conversation_repo import ConversationRepository
+from src.storage.embedding_repo import EmbeddingRepository
 from src.storage.memory_repo import MemoryRepository
 from src.storage.migrations import migrate
 from src.storage.pg_client import open_pool_from_settings
+from src.storage.search_repo import SearchRepository
 from src.storage.users_repo import UsersRepository
 
 
@@ -54,9 +58,16 @@ class Runtime:
     service: AgentService
     owns_pool: bool = True
 
+    @property
+    def embeddings(self) -> EmbeddingWorker | None:
+        """The background embedding worker; None when semantic search is off."""
+        return self.service.embeddings
+
     async def close(self) -> None:
         """Wait for background work, then close the pool if we opened it."""
         await self.service.drain()
+        if self.embeddings is not None:
+            await self.embeddings.close()
         if self.owns_pool:
             await self.pool.close()
 
@@ -73,6 +84,8 @@ def make_deps(
         conversations=ConversationRepository(pool, settings.max_storage),
         users=UsersRepository(pool),
         memory=MemoryRepository(pool),
+        search=SearchRepository(pool, settings.search_semantic_weight),
+        embedder=make_embedder(settings),
         chat_model=chat_model or make_chat_model(settings),
         summary_model=summary_model or make_summary_model(settings),
         counter=make_counter(settings.llm_model, settings.token_counter),
@@ -100,7 +113,13 @@ async def build_runtime(
             make_compact_model(settings) if model_configured(settings) else deps.summary_model
         )
         compactor = Compactor(deps, compact_model)
-        service = AgentService(deps, graph, checkpointer=checkpointer, compactor=compactor)
+        embeddings = None
+        if deps.embedder is not None:
+            repo = EmbeddingRepository(pool)
+            embeddings = EmbeddingWorker(repo, deps.embedder, settings.embedding_batch)
+        service = AgentService(
+            deps, graph, checkpointer=checkpointer, compactor=compactor, embeddings=embeddings
+        )
     except BaseException:
         if owns_pool:
             await pool.close()

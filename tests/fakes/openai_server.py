@@ -1,4 +1,4 @@
-"""A scripted OpenAI-compatible chat-completions server for tests and benchmarks.
+"""A scripted OpenAI-compatible chat-completions and embeddings server for tests and benchmarks.
 
 The server runs aiohttp in its own thread and event loop on 127.0.0.1, so it serves
 sync tests, async tests on any loop, and subprocesses alike. Replies are scripted
@@ -29,6 +29,37 @@ is still whatever is scripted. A rejected request is answered 400 at once and re
 but consumes no injected fault, delay or scripted reply, so a client's fallback request
 gets the reply that was meant for it.
 
+Embeddings: `POST /v1/embeddings` (and `/embeddings`) answers like OpenAI, as
+`{"object": "list", "data": [{"object": "embedding", "index": i, "embedding": ...}],
+"model": ..., "usage": {"prompt_tokens": n, "total_tokens": n}}` with one item per input,
+each a list of floats (`encoding_format` "float") or, when asked for "base64" (what the
+`openai` SDK sends by default), base64 of little-endian float32. The request is validated
+like OpenAI and rejected with 400 `invalid_request_error` naming the `param`: the body must
+be an object; `model` a string; `input` a non-empty string, or a non-empty array of at most
+`MAX_EMBEDDING_INPUTS` (2048) inputs that are all non-empty strings, or all integers (one
+tokenized input), or all non-empty integer arrays (tokenized inputs); an empty string or
+array is "'$.input' is invalid. ..."; `encoding_format` "float" or "base64"; `dimensions`
+an integer from 1 to `embedding_dims`. A model not in `embedding_models` is answered 404
+`model_not_found`. Vectors are `fake_embedding(text, dims, embedding_synonyms)`, with `dims`
+the request's `dimensions` or else `embedding_dims` (64): the lower-cased text is split into
+words (`\\w+`), each word is mapped through `embedding_synonyms` (keys matched lower-cased,
+so a test can declare that "медсестра" means "nurse"), cut to its first 5 characters (a
+crude stem) and hashed with `zlib.crc32` to a dimension that gets +1.0; the sum is
+L2-normalized, and a text without words gets the unit vector on dimension 0. So texts
+sharing stems are similar and texts with the same stems are equal. A token-id input is
+embedded as the words `str(n)` of its integers. `usage` counts one token per word or token
+id, at least one per input.
+
+Embedding faults are separate from the chat ones, in both directions: `fail_embeddings_next`
+answers the next n valid embedding requests with an HTTP error (an OpenAI-style error, or
+`body` as with `fail_next`), `delay_embeddings_next`
+sleeps before answering them, and `embeddings_down = True` answers every embedding request
+with 503, before validation, until it is reset. Every embedding request body is recorded in
+`embedding_requests`, rejected ones too (a body that is not JSON as its text); a rejected or
+"down" request consumes no embedding fault or delay. `clear()` forgets the recorded
+embedding requests and pending faults and delays; `reset()` also restores `embeddings_down`,
+`embedding_synonyms`, `embedding_dims` and `embedding_models`.
+
 Standalone use: `python -m tests.fakes.openai_server --port 0 --reply "text"` prints
 `READY <base_url>` and serves until interrupted.
 """
@@ -37,15 +68,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import inspect
 import itertools
 import json
+import math
 import re
 import signal
+import struct
 import threading
 import time
+import zlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Self
 
@@ -54,6 +89,15 @@ from aiohttp import web
 FAULT_KINDS = ("status", "close", "malformed")
 RESPONSE_FORMAT_TYPES = ("text", "json_object", "json_schema")
 _SCHEMA_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+DEFAULT_EMBEDDING_MODELS = ("text-embedding-3-small", "fake-embed")
+DEFAULT_EMBEDDING_DIMS = 64
+MAX_EMBEDDING_INPUTS = 2048
+EMBEDDING_FORMATS = ("float", "base64")
+INVALID_INPUT = (
+    "'$.input' is invalid. Please check the API reference: "
+    "https://platform.openai.com/docs/api-reference."
+)
+_WORD = re.compile(r"\w+")
 
 
 @dataclass(frozen=True)
@@ -201,6 +245,29 @@ def echo_reply(request: dict[str, Any]) -> str:
     return "ok: " + (message_text(users[-1])[:40] if users else "")
 
 
+def fake_embedding(
+    text: str, dims: int = DEFAULT_EMBEDDING_DIMS, synonyms: Mapping[str, str] | None = None
+) -> list[float]:
+    """Return the fake server's deterministic unit vector for `text`."""
+    return _stem_vector(_WORD.findall(text.lower()), dims, synonyms)
+
+
+def _stem_vector(words: list[str], dims: int, synonyms: Mapping[str, str] | None) -> list[float]:
+    """Hash each word's 5-character stem to a dimension and L2-normalize the counts."""
+    if dims < 1:
+        raise ValueError(f"dims must be positive, got {dims}")
+    table = {k.lower(): v.lower() for k, v in (synonyms or {}).items()}
+    vector = [0.0] * dims
+    for word in words:
+        stem = table.get(word, word)[:5]
+        vector[zlib.crc32(stem.encode()) % dims] += 1.0
+    norm = math.sqrt(sum(x * x for x in vector))
+    if not norm:
+        vector[0] = 1.0
+        return vector
+    return [x / norm for x in vector]
+
+
 class FakeOpenAI(BackgroundAiohttpServer):
     """A scripted OpenAI-compatible server; see the module docstring for semantics."""
 
@@ -224,6 +291,13 @@ class FakeOpenAI(BackgroundAiohttpServer):
         self._in_flight = 0
         self._in_flight_keys: dict[Any, int] = {}
         self._ids = itertools.count(1)
+        self.embedding_models: list[str] = list(DEFAULT_EMBEDDING_MODELS)
+        self.embedding_dims = DEFAULT_EMBEDDING_DIMS
+        self.embedding_synonyms: dict[str, str] = {}
+        self.embeddings_down = False
+        self.embedding_requests: list[Any] = []
+        self._embedding_faults: deque[tuple[Any, ...]] = deque()
+        self._embedding_delays: deque[float] = deque()
 
     @property
     def base_url(self) -> str:
@@ -303,6 +377,18 @@ class FakeOpenAI(BackgroundAiohttpServer):
         with self._lock:
             self._delays.extend([seconds] * n)
 
+    def fail_embeddings_next(self, n: int = 1, status: int = 500, body: Any = None) -> None:
+        """Answer the next n valid embedding requests with an HTTP error (OpenAI-style JSON)."""
+        if not 400 <= status <= 599:
+            raise ValueError(f"status must be an HTTP error (400-599), got {status}")
+        with self._lock:
+            self._embedding_faults.extend([("status", status, body)] * n)
+
+    def delay_embeddings_next(self, n: int, seconds: float) -> None:
+        """Sleep `seconds` before answering each of the next n valid embedding requests."""
+        with self._lock:
+            self._embedding_delays.extend([seconds] * n)
+
     def last_request(self) -> dict[str, Any] | None:
         """Return the most recent request body, if any."""
         with self._lock:
@@ -325,20 +411,28 @@ class FakeOpenAI(BackgroundAiohttpServer):
             self._model_defaults.clear()
             self._faults.clear()
             self._delays.clear()
+            self.embedding_requests.clear()
+            self._embedding_faults.clear()
+            self._embedding_delays.clear()
 
     def reset(self) -> None:
-        """Clear everything and restore the default reply, delay, concurrency key and flags."""
+        """Clear everything and restore the defaults, flags and embedding settings."""
         with self._lock:
             self.clear()
             self.default_reply = echo_reply
             self.delay = 0.0
             self.concurrency_key = None
             self.supports_structured_output = True
+            self.embeddings_down = False
+            self.embedding_synonyms = {}
+            self.embedding_dims = DEFAULT_EMBEDDING_DIMS
+            self.embedding_models = list(DEFAULT_EMBEDDING_MODELS)
 
     def _build_app(self) -> web.Application:
         app = web.Application()
         for prefix in ("/v1", ""):
             app.router.add_post(prefix + "/chat/completions", self._chat)
+            app.router.add_post(prefix + "/embeddings", self._embeddings)
             app.router.add_get(prefix + "/models", self._models)
         return app
 
@@ -411,6 +505,45 @@ class FakeOpenAI(BackgroundAiohttpServer):
             return await self._answer(request, body, _normalize(reply))
         finally:
             self._release(key, started)
+
+    async def _embeddings(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        try:
+            body: Any = json.loads(raw)
+            parsed = True
+        except ValueError:
+            body, parsed = raw.decode("utf-8", "replace"), False
+        with self._lock:
+            self.embedding_requests.append(body)
+            if self.embeddings_down:
+                return _error(503, "fake embeddings service unavailable", "server_error")
+            if not parsed:
+                return _error(400, "invalid JSON body", "invalid_request_error")
+            rejection = embedding_rejection(body, self.embedding_models, self.embedding_dims)
+            if rejection is not None:
+                return rejection
+            delay = self._embedding_delays.popleft() if self._embedding_delays else 0.0
+            fault = self._embedding_faults.popleft() if self._embedding_faults else None
+            dims = body.get("dimensions") or self.embedding_dims
+            synonyms = dict(self.embedding_synonyms)
+        if delay:
+            await self._sleep(delay)
+        if fault is not None:
+            return await self._fault(request, fault, body)
+        data, tokens = [], 0
+        for index, item in enumerate(_embedding_inputs(body["input"]) or []):
+            words = _WORD.findall(item.lower()) if isinstance(item, str) else list(map(str, item))
+            tokens += max(1, len(words))
+            vector = _stem_vector(words, dims, synonyms)
+            embedding: Any = vector
+            if body.get("encoding_format") == "base64":
+                packed = struct.pack(f"<{len(vector)}f", *vector)
+                embedding = base64.b64encode(packed).decode("ascii")
+            data.append({"object": "embedding", "index": index, "embedding": embedding})
+        usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+        return web.json_response(
+            {"object": "list", "data": data, "model": body["model"], "usage": usage}
+        )
 
     async def _fault(
         self, request: web.Request, fault: tuple[Any, ...], body: dict[str, Any]
@@ -533,9 +666,11 @@ def _normalize(reply: Any) -> dict[str, Any]:
     )
 
 
-def _error(status: int, message: str, kind: str, param: str | None = None) -> web.Response:
+def _error(
+    status: int, message: str, kind: str, param: str | None = None, code: str | None = None
+) -> web.Response:
     """Return an OpenAI-style error response."""
-    error = {"message": message, "type": kind, "param": param, "code": None}
+    error = {"message": message, "type": kind, "param": param, "code": code}
     return web.json_response({"error": error}, status=status)
 
 
@@ -670,6 +805,84 @@ def _strict_schema_problem(schema: Any, context: tuple[str, ...]) -> str | None:
         if problem is not None:
             return problem
     return None
+
+
+def _is_token(value: Any) -> bool:
+    """Tell whether a value is an integer token id (booleans are not)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _embedding_inputs(value: Any) -> list[str | list[int]] | None:
+    """Return the separate inputs of an embeddings `input`, or None if OpenAI would reject it."""
+    if isinstance(value, str):
+        return [value] if value else None
+    if not isinstance(value, list) or not value:
+        return None
+    if all(isinstance(item, str) for item in value):
+        return list(value) if all(value) else None
+    if all(_is_token(item) for item in value):
+        return [value]
+    if all(isinstance(item, list) and item and all(map(_is_token, item)) for item in value):
+        return list(value)
+    return None
+
+
+def embedding_rejection(body: Any, models: list[str], max_dims: int) -> web.Response | None:
+    """Return the error OpenAI would answer an embeddings request with, or None if it is fine."""
+    if not isinstance(body, dict):
+        return _error(400, _bad_type("body", "an object", body), "invalid_request_error")
+    problem: str | None = None
+    param = "model"
+    model = body.get("model")
+    if model is None:
+        problem = "Missing required parameter: 'model'."
+    elif not isinstance(model, str):
+        problem = _bad_type("model", "a string", model)
+    else:
+        param, problem = _embedding_params_problem(body, max_dims)
+    if problem is not None:
+        return _error(400, problem, "invalid_request_error", param=param)
+    if model not in models:
+        message = f"The model `{model}` does not exist or you do not have access to it."
+        return _error(404, message, "invalid_request_error", code="model_not_found")
+    return None
+
+
+def _embedding_params_problem(body: dict[str, Any], max_dims: int) -> tuple[str, str | None]:
+    """Return the parameter and the problem with an embeddings request's `input` and options."""
+    if body.get("input") is None:
+        return "input", "Missing required parameter: 'input'."
+    inputs = _embedding_inputs(body["input"])
+    if inputs is None:
+        return "input", INVALID_INPUT
+    if len(inputs) > MAX_EMBEDDING_INPUTS:
+        return "input", (
+            "Invalid 'input': array too long. Expected an array with maximum length "
+            f"{MAX_EMBEDDING_INPUTS}, but got an array with length {len(inputs)} instead."
+        )
+    fmt = body.get("encoding_format")
+    if fmt is not None and not isinstance(fmt, str):
+        return "encoding_format", _bad_type("encoding_format", "a string", fmt)
+    if fmt is not None and fmt not in EMBEDDING_FORMATS:
+        return "encoding_format", (
+            f"Invalid value: '{fmt}'. Supported values are: 'float' and 'base64'."
+        )
+    dims = body.get("dimensions")
+    if dims is None:
+        return "dimensions", None
+    if not _is_token(dims):
+        return "dimensions", _bad_type("dimensions", "an integer", dims)
+    if dims < 1:
+        return "dimensions", (
+            "Invalid 'dimensions': integer below minimum value. "
+            f"Expected a value >= 1, but got {dims} instead."
+        )
+    if dims > max_dims:
+        return "dimensions", (
+            "Invalid 'dimensions': integer above maximum value. "
+            f"Expected a value <= {max_dims}, but got {dims} instead."
+        )
+    return "dimensions", None
 
 
 def main(argv: list[str] | None = None) -> None:

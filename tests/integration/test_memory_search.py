@@ -13,8 +13,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from src.services.agent_service import Identity
 from src.storage.conversation_repo import ConversationRepository
-from src.storage.memory_repo import (
-    MemoryRepository,
+from src.storage.search_repo import (
+    SearchRepository,
     StopWordsOnly,
     bm25,
     parse_query,
@@ -41,7 +41,7 @@ async def test_russian_and_english_word_forms(pool: Pool) -> None:
         "I was running in the park yesterday",
         "Купил новый ноутбук",
     )
-    memory = MemoryRepository(pool)
+    memory = SearchRepository(pool)
     found = await memory.search_messages(PAVEL.owner_id, "кошка")
     assert [r["content"] for r in found] == ["Мою кошку зовут Муся"]
     found = await memory.search_messages(PAVEL.owner_id, "runs")
@@ -61,7 +61,7 @@ async def test_best_match_first_and_limit(pool: Pool) -> None:
     await seed(
         pool, PAVEL.owner_id, "поездка в Грузию", "поездка", "Грузия и поездка в горы Грузии"
     )
-    memory = MemoryRepository(pool)
+    memory = SearchRepository(pool)
     found = await memory.search_messages(PAVEL.owner_id, "поездка в Грузию")
     assert len(found) == 3 and found[-1]["content"] == "поездка"
     assert len(await memory.search_messages(PAVEL.owner_id, "поездка", limit=2)) == 2
@@ -76,7 +76,7 @@ async def test_squashed_included_tools_and_notes_excluded(pool: Pool) -> None:
         await conn.execute(
             "UPDATE messages SET squashed_at = now() WHERE id = %s", (rows[0]["id"],)
         )
-    found = await MemoryRepository(pool).search_messages(PAVEL.owner_id, "пароль")
+    found = await SearchRepository(pool).search_messages(PAVEL.owner_id, "пароль")
     assert [(r["content"], r["squashed"]) for r in found] == [
         ("старая заметка про пароль от wifi", True)
     ]
@@ -85,7 +85,7 @@ async def test_squashed_included_tools_and_notes_excluded(pool: Pool) -> None:
 async def test_only_the_owners_messages(pool: Pool) -> None:
     await seed(pool, PAVEL.owner_id, "мой PIN 1111")
     await seed(pool, OTHER, "мой PIN 2222")
-    memory = MemoryRepository(pool)
+    memory = SearchRepository(pool)
     assert [r["content"] for r in await memory.search_messages(PAVEL.owner_id, "PIN")] == [
         "мой PIN 1111"
     ]
@@ -95,7 +95,7 @@ async def test_only_the_owners_messages(pool: Pool) -> None:
 
 async def test_substring_fallback_and_current_message_excluded(pool: Pool) -> None:
     rows = await seed(pool, PAVEL.owner_id, "код двери: #42-Б", "найди код двери")
-    memory = MemoryRepository(pool)
+    memory = SearchRepository(pool)
     found = await memory.search_messages(PAVEL.owner_id, "#42-Б")
     assert [r["content"] for r in found] == ["код двери: #42-Б"]
     found = await memory.search_messages(PAVEL.owner_id, "Б")  # no word to search: substring
@@ -110,12 +110,12 @@ async def test_substring_fallback_and_current_message_excluded(pool: Pool) -> No
 )
 async def test_hostile_queries_are_plain_text(pool: Pool, query: str) -> None:
     await seed(pool, PAVEL.owner_id, "обычное сообщение")
-    assert isinstance(await MemoryRepository(pool).search_messages(PAVEL.owner_id, query), list)
+    assert isinstance(await SearchRepository(pool).search_messages(PAVEL.owner_id, query), list)
 
 
 async def test_time_stamp_is_not_searched_and_stop_words_are_not_a_query(pool: Pool) -> None:
     await seed(pool, PAVEL.owner_id, "[Текущее время: 2026-11-23 02:54] купил велосипед")
-    memory = MemoryRepository(pool)
+    memory = SearchRepository(pool)
     assert await memory.search_messages(PAVEL.owner_id, "время 2026") == []
     assert len(await memory.search_messages(PAVEL.owner_id, "велосипед")) == 1
     with pytest.raises(StopWordsOnly):
@@ -129,7 +129,7 @@ async def test_filters_neighbour_and_number(pool: Pool) -> None:
     conv = await repo.get_or_create_conversation(PAVEL.owner_id)
     question = await repo.append_message(conv, "user", "где мой паспорт?")
     await repo.append_message(conv, "assistant", "В верхнем ящике стола.")
-    memory = MemoryRepository(pool)
+    memory = SearchRepository(pool)
     (hit,) = await memory.search_messages(PAVEL.owner_id, "паспорт")
     assert hit["number"] == question["number"]
     assert (hit["next_role"], hit["next_content"]) == ("assistant", "В верхнем ящике стола.")
@@ -238,7 +238,7 @@ async def test_a_search_never_returns_another_owners_message(
     pool: Pool, messages: list[tuple[int, list[str]]], searches: list[tuple[int, list[str]]]
 ) -> None:
     base = next(OWNER_BLOCKS)
-    repo, memory = ConversationRepository(pool), MemoryRepository(pool)
+    repo, memory = ConversationRepository(pool), SearchRepository(pool)
     owned: dict[int, int] = {}
     for owner, words in messages:
         conv = await repo.get_or_create_conversation(base + owner)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import math
 import subprocess
 import sys
 import threading
@@ -22,12 +23,12 @@ import pytest
 import telegram
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
-from langchain_openai import ChatOpenAI
+from langchain_openai import ChatOpenAI, OpenAIEmbeddings
 from pydantic import BaseModel
 from telegram.error import BadRequest, Forbidden, InvalidToken, RetryAfter
 
 from tests.fakes.bot_api_server import FakeBotAPI, compute_entities
-from tests.fakes.openai_server import FakeOpenAI, Fault
+from tests.fakes.openai_server import INVALID_INPUT, FakeOpenAI, Fault, fake_embedding
 
 TOKEN = "123456:TEST-TOKEN"
 ROOT = Path(__file__).resolve().parents[2]
@@ -494,6 +495,322 @@ async def test_callable_returns_fault(srv: FakeOpenAI) -> None:
         with pytest.raises(openai.InternalServerError, match="fake error 503"):
             await model.ainvoke("x")
     assert len(srv.requests) == 5
+
+
+EMBED_MODEL = "text-embedding-3-small"
+
+
+def embedder(srv: FakeOpenAI, **kw: Any) -> OpenAIEmbeddings:
+    """Build a real OpenAIEmbeddings client (base64 path) pointed at the fake server."""
+    return OpenAIEmbeddings(
+        model=kw.pop("model", EMBED_MODEL),
+        base_url=srv.base_url,
+        api_key="x",  # type: ignore[arg-type]
+        check_embedding_ctx_length=False,
+        max_retries=0,
+        **kw,
+    )
+
+
+def embed_raw(srv: FakeOpenAI, body: Any) -> httpx.Response:
+    """POST a raw JSON body to the fake embeddings endpoint."""
+    return httpx.post(f"{srv.base_url}/embeddings", json=body, timeout=5)
+
+
+def cosine(a: list[float], b: list[float]) -> float:
+    """Return the cosine similarity of two vectors."""
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    return dot / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+
+
+def test_embeddings_client_round_trip(srv: FakeOpenAI) -> None:
+    """Serve embed_documents and embed_query as base64 float32, deterministic per text."""
+    texts = [
+        "The nurse checks the patient",
+        "The nurses checked the patients!",
+        "Quarterly tax report",
+    ]
+    vectors = embedder(srv).embed_documents(texts)
+    assert len(vectors) == 3 and all(len(v) == 64 for v in vectors)
+    for text, vector in zip(texts, vectors, strict=True):
+        assert vector == pytest.approx(fake_embedding(text), abs=1e-6)
+    assert cosine(vectors[0], vectors[1]) > 0.99  # same 5-character stems
+    assert cosine(vectors[0], vectors[2]) < 0.5
+    assert embedder(srv).embed_query("Quarterly TAX report") == pytest.approx(vectors[2], abs=1e-6)
+    first = srv.embedding_requests[0]
+    assert first == {"model": EMBED_MODEL, "input": texts, "encoding_format": "base64"}
+    assert len(srv.embedding_requests) == 2 and srv.requests == []
+    assert fake_embedding("...", 8) == [1.0] + [0.0] * 7
+    assert sum(x * x for x in fake_embedding("a b c d e f")) == pytest.approx(1.0)
+
+
+async def test_embeddings_async_client(srv: FakeOpenAI) -> None:
+    """Serve the async client too, honouring `dimensions` on the base64 path."""
+    vectors = await embedder(srv, dimensions=16).aembed_documents(["alpha beta", "gamma"])
+    assert [len(v) for v in vectors] == [16, 16]
+    assert vectors[1] == pytest.approx(fake_embedding("gamma", 16), abs=1e-6)
+    assert srv.embedding_requests[-1]["dimensions"] == 16
+
+
+def test_embeddings_float_format_and_tokens(srv: FakeOpenAI) -> None:
+    """Answer the OpenAI response shape with float vectors, dimensions and token-id inputs."""
+    reply = embed_raw(
+        srv, {"model": "fake-embed", "input": "Hello, world", "encoding_format": "float"}
+    )
+    assert reply.status_code == 200
+    assert reply.json() == {
+        "object": "list",
+        "data": [{"object": "embedding", "index": 0, "embedding": fake_embedding("hello world")}],
+        "model": "fake-embed",
+        "usage": {"prompt_tokens": 2, "total_tokens": 2},
+    }
+    body = {
+        "model": "fake-embed",
+        "input": ["a b", "c"],
+        "dimensions": 8,
+        "encoding_format": "float",
+    }
+    data = embed_raw(srv, body).json()["data"]
+    assert [d["index"] for d in data] == [0, 1]
+    assert [d["embedding"] for d in data] == [fake_embedding("a b", 8), fake_embedding("c", 8)]
+    tokens = {"model": "fake-embed", "encoding_format": "float"}
+    flat = embed_raw(srv, {**tokens, "input": [15339, 1917]}).json()
+    assert len(flat["data"]) == 1 and flat["usage"]["prompt_tokens"] == 2
+    assert flat["data"][0]["embedding"] == fake_embedding("15339 1917")
+    nested = embed_raw(srv, {**tokens, "input": [[1, 2], [3]]}).json()
+    assert [d["embedding"] for d in nested["data"]] == [fake_embedding("1 2"), fake_embedding("3")]
+    assert nested["usage"] == {"prompt_tokens": 3, "total_tokens": 3}
+    srv.embedding_dims = 1536
+    assert len(embed_raw(srv, {**tokens, "input": "x"}).json()["data"][0]["embedding"]) == 1536
+
+
+def invalid(message: str, param: str | None) -> dict[str, Any]:
+    """Return the error object OpenAI sends for a rejected embeddings request."""
+    return {"message": message, "type": "invalid_request_error", "param": param, "code": None}
+
+
+BAD_INPUT = invalid(INVALID_INPUT, "input")
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        (
+            ["not", "an", "object"],
+            invalid("Invalid type for 'body': expected an object, but got an array instead.", None),
+        ),
+        ({"input": "x"}, invalid("Missing required parameter: 'model'.", "model")),
+        (
+            {"model": 3, "input": "x"},
+            invalid(
+                "Invalid type for 'model': expected a string, but got an integer instead.", "model"
+            ),
+        ),
+        ({"model": EMBED_MODEL}, invalid("Missing required parameter: 'input'.", "input")),
+        ({"model": EMBED_MODEL, "input": ""}, BAD_INPUT),
+        ({"model": EMBED_MODEL, "input": []}, BAD_INPUT),
+        ({"model": EMBED_MODEL, "input": ["a", ""]}, BAD_INPUT),
+        ({"model": EMBED_MODEL, "input": ["a", 1]}, BAD_INPUT),
+        ({"model": EMBED_MODEL, "input": [[1], []]}, BAD_INPUT),
+        ({"model": EMBED_MODEL, "input": [[1], ["a"]]}, BAD_INPUT),
+        ({"model": EMBED_MODEL, "input": [True]}, BAD_INPUT),
+        ({"model": EMBED_MODEL, "input": 42}, BAD_INPUT),
+        ({"model": EMBED_MODEL, "input": {"text": "a"}}, BAD_INPUT),
+        (
+            {"model": EMBED_MODEL, "input": ["a"] * 2049},
+            invalid(
+                "Invalid 'input': array too long. Expected an array with maximum length 2048, "
+                "but got an array with length 2049 instead.",
+                "input",
+            ),
+        ),
+        (
+            {"model": EMBED_MODEL, "input": "a", "encoding_format": "int8"},
+            invalid(
+                "Invalid value: 'int8'. Supported values are: 'float' and 'base64'.",
+                "encoding_format",
+            ),
+        ),
+        (
+            {"model": EMBED_MODEL, "input": "a", "encoding_format": 1},
+            invalid(
+                "Invalid type for 'encoding_format': expected a string, but got an integer "
+                "instead.",
+                "encoding_format",
+            ),
+        ),
+        (
+            {"model": EMBED_MODEL, "input": "a", "dimensions": "8"},
+            invalid(
+                "Invalid type for 'dimensions': expected an integer, but got a string instead.",
+                "dimensions",
+            ),
+        ),
+        (
+            {"model": EMBED_MODEL, "input": "a", "dimensions": True},
+            invalid(
+                "Invalid type for 'dimensions': expected an integer, but got a boolean instead.",
+                "dimensions",
+            ),
+        ),
+        (
+            {"model": EMBED_MODEL, "input": "a", "dimensions": 0},
+            invalid(
+                "Invalid 'dimensions': integer below minimum value. Expected a value >= 1, "
+                "but got 0 instead.",
+                "dimensions",
+            ),
+        ),
+        (
+            {"model": EMBED_MODEL, "input": "a", "dimensions": 65},
+            invalid(
+                "Invalid 'dimensions': integer above maximum value. Expected a value <= 64, "
+                "but got 65 instead.",
+                "dimensions",
+            ),
+        ),
+    ],
+    ids=[
+        "not-object",
+        "no-model",
+        "model-type",
+        "no-input",
+        "empty-string",
+        "empty-array",
+        "empty-item",
+        "mixed-items",
+        "empty-token-array",
+        "strings-in-token-arrays",
+        "boolean-token",
+        "bare-integer",
+        "object-input",
+        "too-many",
+        "format-value",
+        "format-type",
+        "dimensions-type",
+        "dimensions-boolean",
+        "dimensions-zero",
+        "dimensions-too-large",
+    ],
+)
+def test_embeddings_invalid_request_rejected(
+    srv: FakeOpenAI, body: Any, error: dict[str, Any]
+) -> None:
+    """Answer a malformed embeddings request with an OpenAI-style 400, consuming no fault."""
+    srv.fail_embeddings_next(1, status=503)
+    rejected = embed_raw(srv, body)
+    assert rejected.status_code == 400
+    assert rejected.json() == {"error": error}
+    assert srv.embedding_requests == [body]
+    valid = {"model": EMBED_MODEL, "input": "a"}
+    assert embed_raw(srv, valid).status_code == 503
+    assert embed_raw(srv, valid).status_code == 200
+    assert len(srv.embedding_requests) == 3
+
+
+def test_embeddings_client_rejections(srv: FakeOpenAI) -> None:
+    """Raise the SDK's errors for an empty text and an unknown model, as OpenAI would."""
+    with pytest.raises(openai.BadRequestError, match=r"'\$\.input' is invalid"):
+        embedder(srv).embed_query("")
+    with pytest.raises(openai.NotFoundError) as info:
+        embedder(srv, model="text-embedding-9").embed_query("hi")
+    assert info.value.status_code == 404 and info.value.code == "model_not_found"
+    assert info.value.body == {
+        "message": "The model `text-embedding-9` does not exist or you do not have access to it.",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "model_not_found",
+    }
+    assert srv.embedding_requests[-1]["model"] == "text-embedding-9"
+    srv.embedding_models.append("text-embedding-9")
+    assert len(embedder(srv, model="text-embedding-9").embed_query("hi")) == 64
+
+
+def test_embedding_faults(srv: FakeOpenAI) -> None:
+    """Fail, delay and take down embeddings without touching the chat endpoint."""
+    client = embedder(srv)
+    srv.fail_embeddings_next(1)
+    with pytest.raises(openai.InternalServerError, match="fake error 500"):
+        client.embed_query("x")
+    srv.fail_embeddings_next(1, status=429)
+    with pytest.raises(openai.RateLimitError):
+        client.embed_query("x")
+    custom = {"error": {"message": "quota", "type": "insufficient_quota", "param": None}}
+    srv.fail_embeddings_next(1, status=429, body=custom)
+    with pytest.raises(openai.RateLimitError, match="quota"):
+        client.embed_query("x")
+    assert len(client.embed_query("x")) == 64
+    with pytest.raises(ValueError, match="400-599"):
+        srv.fail_embeddings_next(1, status=200)
+    srv.delay_embeddings_next(1, 30.0)
+    with pytest.raises(openai.APITimeoutError):
+        embedder(srv, timeout=0.2).embed_query("slow")
+    assert len(embedder(srv, timeout=5).embed_query("fast")) == 64
+    srv.embeddings_down = True
+    for body in ({"model": EMBED_MODEL, "input": "x"}, {"model": EMBED_MODEL, "input": ""}):
+        down = embed_raw(srv, body)
+        assert down.status_code == 503 and down.json()["error"]["type"] == "server_error"
+    with pytest.raises(openai.InternalServerError):
+        client.embed_documents(["x"])
+    assert llm(srv).invoke("chat still works").content == "ok: chat still works"
+    assert len(srv.embedding_requests) == 9 and len(srv.requests) == 1
+    srv.reset()
+    assert srv.embeddings_down is False and srv.embedding_requests == []
+    assert len(client.embed_query("x")) == 64
+
+
+def test_embedding_and_chat_faults_are_separate(srv: FakeOpenAI) -> None:
+    """Never let embedding requests consume chat faults, nor chat requests embedding faults."""
+    srv.fail_next(1, status=500)
+    assert len(embedder(srv).embed_query("x")) == 64
+    with pytest.raises(openai.InternalServerError):
+        llm(srv).invoke("x")
+    srv.delay_next(1, 30.0)
+    assert len(embedder(srv, timeout=5).embed_query("x")) == 64
+    with pytest.raises(openai.APITimeoutError):
+        llm(srv, timeout=0.2).invoke("x")
+    srv.reset()
+    srv.fail_embeddings_next(1, status=503)
+    srv.delay_embeddings_next(1, 30.0)
+    assert llm(srv, timeout=5).invoke("chat").content == "ok: chat"
+    with pytest.raises(openai.APITimeoutError):
+        embedder(srv, timeout=0.2).embed_query("x")
+    assert len(embedder(srv).embed_query("x")) == 64
+
+
+def test_embedding_synonyms(srv: FakeOpenAI) -> None:
+    """Map words through embedding_synonyms so texts in two languages embed equally."""
+    client = embedder(srv)
+    nurse, russian = client.embed_documents(["the nurse", "the медсестра"])
+    assert cosine(nurse, russian) < 0.99
+    srv.embedding_synonyms = {"Медсестра": "nurse"}
+    nurse, russian = client.embed_documents(["the nurse", "THE МЕДСЕСТРА"])
+    assert nurse == russian
+    assert russian == pytest.approx(
+        fake_embedding("the медсестра", synonyms=srv.embedding_synonyms), abs=1e-6
+    )
+    srv.reset()
+    assert srv.embedding_synonyms == {}
+
+
+def test_embedding_state_clear_and_reset(srv: FakeOpenAI) -> None:
+    """Forget embedding requests and faults on clear and restore the settings on reset."""
+    srv.embedding_dims = 8
+    srv.embedding_models = ["only-model"]
+    srv.embedding_synonyms["a"] = "b"
+    srv.fail_embeddings_next(2)
+    srv.delay_embeddings_next(2, 30.0)
+    assert embed_raw(srv, {"model": EMBED_MODEL, "input": "x"}).status_code == 404
+    srv.clear()
+    assert srv.embedding_requests == [] and srv.embedding_dims == 8
+    reply = embed_raw(srv, {"model": "only-model", "input": "a", "dimensions": 8})
+    assert reply.json()["data"][0]["embedding"] == fake_embedding("b", 8)  # float by default
+    srv.fail_embeddings_next(1)
+    srv.embeddings_down = True
+    srv.reset()
+    assert (srv.embedding_dims, srv.embedding_models) == (64, [EMBED_MODEL, "fake-embed"])
+    reply = embed_raw(srv, {"model": EMBED_MODEL, "input": "x", "encoding_format": "float"})
+    assert reply.status_code == 200 and len(reply.json()["data"][0]["embedding"]) == 64
 
 
 def test_compute_entities() -> None:

