@@ -89,14 +89,14 @@ _VECTOR_ENTRY = re.compile(r"'((?:[^']|'')*)'(?::([0-9A-D,]+))?")
 SEARCH_SUBSTRING = """
 SELECT m.id FROM (
     SELECT m.id FROM messages m
-    WHERE m.owner_id = %(user)s AND m.role IN ('user', 'assistant')
+    WHERE m.owner_id = %(user)s AND m.search_vector IS NOT NULL
     ORDER BY m.id DESC LIMIT %(scan)s
 ) recent JOIN messages m ON m.id = recent.id
 WHERE m.role = ANY(%(roles)s) AND m.id <> %(exclude)s
-  AND NOT (m.meta IS NOT NULL AND m.meta ? 'frs_summary')
   AND (%(since)s::timestamptz IS NULL OR m.created_at >= %(since)s::timestamptz)
   AND (%(until)s::timestamptz IS NULL OR m.created_at < %(until)s::timestamptz)
-  AND search_text(m.content) ILIKE %(pattern)s
+  -- the plain match first: it is cheap, and only its rare hits pay for search_text()
+  AND m.content ILIKE %(pattern)s AND search_text(m.content) ILIKE %(pattern)s
 ORDER BY m.created_at DESC, m.id DESC LIMIT %(limit)s
 """
 SUBSTRING_SCAN = 5000
