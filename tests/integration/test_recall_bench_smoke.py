@@ -98,7 +98,7 @@ async def test_quick_run_reports_the_method(quick_result: dict[str, Any], method
     assert quick_result["skipped"] == {
         m: r for m in recall.METHODS if (r := recall.missing(m)) is not None
     }
-    assert quick_result["methods"][method]["product"] == (method == "lexical")
+    assert quick_result["methods"][method]["product"] == (method != "bm25")
     scopes = quick_result["metrics"]
     assert {"all", "lang:ru", "lang:en"} <= set(scopes)
     for scope, by_method in scopes.items():
@@ -116,9 +116,12 @@ async def test_quick_run_reports_the_method(quick_result: dict[str, Any], method
 
 async def test_latency_part_runs_small(pg_dsn: str) -> None:
     cfg = dict(recall.QUICK, latency=True, owners=2, per_owner=600, queries=5)
-    result = await recall.run(cfg, dsn=pg_dsn, methods=["lexical"])
+    result = await recall.run(cfg, dsn=pg_dsn, methods=["lexical", "fused"])
     latency = result["latency"]
     assert latency["messages"] == 2 * 600
+    assert latency["vectors"] == 2 * 600  # every message is searchable and gets a vector
     assert latency["queries"] == 5
-    assert 0 < latency["p50_ms"] <= latency["p95_ms"] <= latency["max_ms"]
+    for name in ("lexical", "fused", "embed"):
+        figures = latency[name]
+        assert 0 < figures["p50_ms"] <= figures["p95_ms"] <= figures["max_ms"], name
     assert "Latency of the product's search" in recall.render(result)
