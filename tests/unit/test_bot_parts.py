@@ -93,8 +93,13 @@ async def test_jobs_are_scheduled_and_compaction_runs_when_available() -> None:
 
     service: Any = SimpleNamespace(compact_idle_sessions=compact_idle_sessions)
     state.runtime = SimpleNamespace(service=service)  # type: ignore[assignment]
-    assert schedule_jobs(app, state) == ["reminders", "compaction", "prune-checkpoints"]
+    assert schedule_jobs(app, state) == [
+        "reminders",
+        "compaction",
+        "embeddings",
+        "prune-checkpoints",
+    ]
     await compaction_job(SimpleNamespace(bot_data=app.bot_data))  # type: ignore[arg-type]
     assert calls == ["compact"]
     state.runtime = SimpleNamespace(service=SimpleNamespace())  # type: ignore[assignment]
-    assert schedule_jobs(app, state) == ["reminders", "prune-checkpoints"]
+    assert schedule_jobs(app, state) == ["reminders", "embeddings", "prune-checkpoints"]
