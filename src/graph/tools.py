@@ -9,6 +9,7 @@ from datetime import date, datetime, time, timedelta
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo
 
+import numpy as np
 from langchain_core.tools import BaseTool, tool
 from langgraph.prebuilt import InjectedState
 
@@ -61,20 +62,25 @@ def _snippet(content: str) -> str:
     return text[:SEARCH_SNIPPET_CHARS] + " …" if len(text) > SEARCH_SNIPPET_CHARS else text
 
 
-async def semantic_query(deps: GraphDeps, query: str) -> SemanticQuery | None:
-    """Return the query's embedding, or None when embeddings are off or failing.
+def semantic_query(deps: GraphDeps, query: str) -> SemanticQuery | None:
+    """Return the query's embedding, started now and made while the search reads the
+    owner's index and vectors; None when embeddings are off.
 
-    A failing or slow embedding provider never fails the search: lexical search answers
-    alone, and the log says why.
+    A failing or slow embedding provider never fails the search: the embedding comes out
+    None, lexical search answers alone, and the log says why.
     """
-    if deps.embedder is None:
+    embedder = deps.embedder
+    if embedder is None:
         return None
-    try:
-        vector = await asyncio.wait_for(deps.embedder.query(query), QUERY_EMBED_SECONDS)
-    except Exception as exc:  # any provider failure: search without embeddings
-        logger.warning("search without embeddings: %s: %s", type(exc).__name__, exc)
-        return None
-    return SemanticQuery(vector, deps.embedder.model)
+
+    async def embed() -> np.ndarray | None:
+        try:
+            return await asyncio.wait_for(embedder.query(query), QUERY_EMBED_SECONDS)
+        except Exception as exc:  # any provider failure: search without embeddings
+            logger.warning("search without embeddings: %s: %s", type(exc).__name__, exc)
+            return None
+
+    return SemanticQuery(asyncio.ensure_future(embed()), embedder.model)
 
 
 def local_day(value: str | None, zone: ZoneInfo, end: bool = False) -> datetime | None:
@@ -139,7 +145,7 @@ def make_memory_tools(deps: GraphDeps) -> list[BaseTool]:
                 since=local_day(since, zone),
                 until=local_day(until, zone, end=True),
                 role=role,
-                semantic=await semantic_query(deps, query),
+                semantic=semantic_query(deps, query),
             )
         except StopWordsOnly:
             return (

@@ -6,6 +6,7 @@ turns them back into a float32 matrix for ranking in process. Reads name the own
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -39,18 +40,24 @@ SELECT (SELECT count(*) FROM messages WHERE NOT embedded AND search_vector IS NO
        (SELECT count(*) FROM message_embeddings WHERE model = %s) AS embedded,
        (SELECT count(*) FROM message_embeddings WHERE model <> %s) AS other_models
 """
-# One owner's newest `scan` vectors of the model, with the search's filters. One row
-# comes back, the ids in one array and the vectors concatenated, so the transfer is two
-# values however many vectors there are. Both aggregates read the rows in one order.
-OWNER_VECTORS = """
-SELECT array_agg(v.id) AS ids, string_agg(v.vector, ''::bytea) AS vectors FROM (
-    SELECT e.message_id AS id, e.vector FROM message_embeddings e
+# One owner's newest `scan` message ids with a vector of the model, newest first: an
+# index-only scan, what a cached matrix is checked against before each search.
+OWNER_IDS = """
+SELECT array_agg(v.message_id) AS ids FROM (
+    SELECT e.message_id FROM message_embeddings e
     WHERE e.owner_id = %(user)s AND e.model = %(model)s
     ORDER BY e.message_id DESC LIMIT %(scan)s
-) v JOIN messages m ON m.id = v.id
-WHERE m.owner_id = %(user)s AND m.role = ANY(%(roles)s) AND m.id <> %(exclude)s
-  AND (%(since)s::timestamptz IS NULL OR m.created_at >= %(since)s::timestamptz)
-  AND (%(until)s::timestamptz IS NULL OR m.created_at < %(until)s::timestamptz)
+) v
+"""
+# Some of the owner's vectors of the model, with what a search filters on. One row comes
+# back, each column an array (the vectors concatenated), so the transfer is a few values
+# however many vectors there are; the aggregates read the rows in one order.
+VECTORS_BY_ID = """
+SELECT array_agg(e.message_id) AS ids, array_agg(m.role = 'user') AS by_user,
+       array_agg(m.created_at) AS created, string_agg(e.vector, ''::bytea) AS vectors
+FROM message_embeddings e JOIN messages m ON m.id = e.message_id
+WHERE e.message_id = ANY(%(ids)s) AND e.owner_id = %(user)s AND e.model = %(model)s
+  AND m.owner_id = %(user)s
 """
 VECTOR_DTYPE = np.dtype("<f2")
 
@@ -77,6 +84,62 @@ class Pending:
 
 
 @dataclass(frozen=True)
+class OwnerMatrix:
+    """An owner's vectors of one model with what a search filters on, one row each."""
+
+    ids: np.ndarray
+    """Message ids (int64)."""
+    by_user: np.ndarray
+    """True where the message is the user's, False where it is the assistant's."""
+    created: np.ndarray
+    """When each message was stored, as POSIX seconds (float64)."""
+    matrix: np.ndarray
+    """The vectors, float32, shape (len(ids), dims)."""
+
+    @classmethod
+    def empty(cls) -> OwnerMatrix:
+        return cls(
+            np.zeros(0, np.int64),
+            np.zeros(0, bool),
+            np.zeros(0, np.float64),
+            np.zeros((0, 0), np.float32),
+        )
+
+    def keep(self, mask: np.ndarray) -> OwnerMatrix:
+        """Return the rows where `mask` holds."""
+        m = mask
+        return OwnerMatrix(self.ids[m], self.by_user[m], self.created[m], self.matrix[m])
+
+    def plus(self, other: OwnerMatrix) -> OwnerMatrix:
+        """Return these rows and `other`'s."""
+        if not len(other.ids):
+            return self
+        if not len(self.ids):
+            return other
+        return OwnerMatrix(
+            np.concatenate([self.ids, other.ids]),
+            np.concatenate([self.by_user, other.by_user]),
+            np.concatenate([self.created, other.created]),
+            np.concatenate([self.matrix, other.matrix]),
+        )
+
+    def passing(self, where: VectorFilter) -> tuple[list[int], np.ndarray]:
+        """Return the ids and vectors of the rows `where` lets through."""
+        mask = np.ones(len(self.ids), dtype=bool)
+        if set(where.roles) != {"user", "assistant"}:
+            mask &= self.by_user if "user" in where.roles else ~self.by_user
+        if where.exclude_id:
+            mask &= self.ids != where.exclude_id
+        if where.since is not None:
+            mask &= self.created >= where.since.timestamp()
+        if where.until is not None:
+            mask &= self.created < where.until.timestamp()
+        if mask.all():
+            return self.ids.tolist(), self.matrix
+        return self.ids[mask].tolist(), self.matrix[mask]
+
+
+@dataclass(frozen=True)
 class VectorFilter:
     """Which of an owner's messages a semantic search may return."""
 
@@ -86,8 +149,17 @@ class VectorFilter:
     until: datetime | None = None
 
 
+# Owners whose vectors a repository keeps in memory between searches: 5,000 vectors of
+# 384 float32 dimensions are 7.7 MB an owner, so about 60 MB at most.
+OWNER_CACHE = 8
+
+
 class EmbeddingRepository(Repository):
     """Embeddings of messages: the queue, the vectors, and one owner's matrix."""
+
+    def __init__(self, pool: Any) -> None:
+        super().__init__(pool)
+        self._owners: OrderedDict[tuple[int, str], OwnerMatrix] = OrderedDict()
 
     async def pending(self, limit: int, conn: Conn | None = None) -> list[Pending]:
         """Return up to `limit` messages without an embedding, oldest first."""
@@ -127,20 +199,38 @@ class EmbeddingRepository(Repository):
         conn: Conn | None = None,
     ) -> tuple[list[int], np.ndarray]:
         """Return message ids and their vectors (a float32 matrix, one row each): the
-        owner's newest `scan` vectors of `model` that pass `where`."""
-        params: dict[str, Any] = {
-            "user": owner_id,
-            "model": model,
-            "scan": scan,
-            "roles": where.roles,
-            "exclude": where.exclude_id,
-            "since": where.since,
-            "until": where.until,
-        }
+        owner's newest `scan` vectors of `model` that pass `where`.
+
+        The owner's matrix is kept in memory between searches (OWNER_CACHE owners, the
+        most recent): each search reads the newest ids from the index and fetches only
+        the vectors it does not hold yet, and drops the ones that are gone, so what it
+        returns is exactly what is stored, as a fresh read would."""
+        key = (owner_id, model)
+        params: dict[str, Any] = {"user": owner_id, "model": model, "scan": scan}
         async with self._conn(conn) as c:
-            cur = c.cursor(binary=True)
-            await cur.execute(OWNER_VECTORS, params)
-            row = await cur.fetchone()
-        ids = list(row["ids"] or []) if row else []
-        blob = bytes(row["vectors"]) if row and row["vectors"] is not None else b""
-        return ids, from_bytes(blob, len(ids))
+            row = await (await c.execute(OWNER_IDS, params)).fetchone()
+            newest = np.asarray((row and row["ids"]) or [], dtype=np.int64)
+            held = self._owners.get(key) or OwnerMatrix.empty()
+            held = held.keep(np.isin(held.ids, newest))
+            missing = newest[~np.isin(newest, held.ids)]
+            if len(missing):
+                held = held.plus(await self._fetch(c, params, missing))
+        self._owners[key] = held
+        self._owners.move_to_end(key)
+        while len(self._owners) > OWNER_CACHE:
+            self._owners.popitem(last=False)
+        return held.passing(where)
+
+    async def _fetch(self, c: Conn, params: dict[str, Any], ids: np.ndarray) -> OwnerMatrix:
+        cur = c.cursor(binary=True)
+        await cur.execute(VECTORS_BY_ID, {**params, "ids": ids.tolist()})
+        row = await cur.fetchone()
+        if not row or not row["ids"]:
+            return OwnerMatrix.empty()
+        found = np.asarray(row["ids"], dtype=np.int64)
+        return OwnerMatrix(
+            found,
+            np.asarray(row["by_user"], dtype=bool),
+            np.asarray([t.timestamp() for t in row["created"]], dtype=np.float64),
+            from_bytes(bytes(row["vectors"]), len(found)),
+        )

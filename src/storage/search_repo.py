@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -82,7 +83,6 @@ PER_TERM = 300
 # BM25's usual constants: term-frequency saturation and length normalization.
 BM25_K1 = 1.2
 BM25_B = 0.75
-_VECTOR_ENTRY = re.compile(r"'((?:[^']|'')*)'(?::([0-9A-D,]+))?")
 
 # No searchable word (a code, a symbol): the phrase as a substring of the owner's newest
 # SUBSTRING_SCAN messages only, so the cost never grows with the history.
@@ -130,33 +130,55 @@ def parse_query(text: str) -> SearchQuery:
     return SearchQuery(words, frozenset(prefixes))
 
 
-def vector_terms(vector: str) -> dict[str, int]:
-    """Return a stored search vector's terms (owner prefix removed) and their frequencies."""
-    terms: dict[str, int] = {}
-    for match in _VECTOR_ENTRY.finditer(vector):
-        lexeme = match.group(1).replace("''", "'").replace("\\\\", "\\")
-        terms[lexeme.split("|", 1)[-1]] = (match.group(2) or "").count(",") + 1
-    return terms
+def term_frequencies(
+    vector: str, terms: Iterable[str], prefixes: frozenset[str]
+) -> tuple[int, dict[str, int]]:
+    """Return a stored search vector's length (its positions) and the frequency of each
+    of `terms` in it (of the lexemes beginning with a term of `prefixes`).
+
+    Only the query's terms are looked up in the vector's text (`'owner|lexeme':1,5 ...`):
+    a candidate costs a few substring searches, not a parse of all its lexemes.
+    """
+    length = vector.count(",") + vector.count("':")
+    found: dict[str, int] = {}
+    for term in terms:
+        needle = "|" + term.replace("\\", "\\\\").replace("'", "''")
+        prefix = term in prefixes
+        tf = 0
+        at = vector.find(needle)
+        while at >= 0:
+            end = at + len(needle)
+            if prefix:
+                end = _lexeme_end(vector, end)
+            if end < len(vector) and vector[end] == "'" and vector[end + 1 : end + 2] != "'":
+                stop = vector.find(" ", end)
+                positions = vector[end + 1 : stop if stop >= 0 else len(vector)]
+                tf += positions.count(",") + 1 if positions.startswith(":") else 1
+            at = vector.find(needle, end)
+        if tf:
+            found[term] = tf
+    return length, found
+
+
+def _lexeme_end(vector: str, start: int) -> int:
+    """Return the index of the quote closing the lexeme that runs through `start`."""
+    while True:
+        quote = vector.find("'", start)
+        if quote < 0 or vector[quote + 1 : quote + 2] != "'":
+            return quote if quote >= 0 else len(vector)
+        start = quote + 2
 
 
 def bm25(
     candidates: list[dict[str, Any]], idf: dict[str, float], prefixes: frozenset[str]
 ) -> list[tuple[float, dict[str, Any]]]:
     """Score candidates by BM25 over the query terms, best first (ties: the newest)."""
-    docs = [(c, vector_terms(c["vector"])) for c in candidates]
-    avgdl = sum(sum(t.values()) for _, t in docs) / max(1, len(docs))
+    docs = [(c, term_frequencies(c["vector"], idf, prefixes)) for c in candidates]
+    avgdl = sum(length for _, (length, _tf) in docs) / max(1, len(docs))
     scored = []
-    for row, terms in docs:
-        dl = sum(terms.values())
-        score = 0.0
-        for term, weight in idf.items():
-            if term in prefixes:
-                tf = sum(f for lexeme, f in terms.items() if lexeme.startswith(term))
-            else:
-                tf = terms.get(term, 0)
-            if tf:
-                norm = BM25_K1 * (1 - BM25_B + BM25_B * dl / max(avgdl, 1.0))
-                score += weight * tf * (BM25_K1 + 1) / (tf + norm)
+    for row, (dl, tfs) in docs:
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * dl / max(avgdl, 1.0))
+        score = sum(idf[t] * tf * (BM25_K1 + 1) / (tf + norm) for t, tf in tfs.items())
         scored.append((score, row))
     scored.sort(key=lambda x: (x[0], x[1]["created_at"], x[1]["id"]), reverse=True)
     return scored
@@ -183,9 +205,11 @@ RRF_K = 10
 
 @dataclass(frozen=True)
 class SemanticQuery:
-    """The query's embedding and the model that made it (only its vectors compare)."""
+    """The query's embedding and the model that makes it (only its vectors compare)."""
 
-    vector: np.ndarray
+    vector: np.ndarray | Awaitable[np.ndarray | None]
+    """The embedding, or an awaitable still making it, so the search reads the owner's
+    vectors and runs the lexical ranking meanwhile; None from it: search lexically."""
     model: str
 
 
@@ -220,7 +244,7 @@ class Rankings:
 
     lexical: list[int]
     semantic: list[int] | None
-    """None when the search had no query embedding."""
+    """None when the search had no query embedding (not asked for, or it failed)."""
 
     def weighted(self, semantic_weight: float) -> list[tuple[list[int], float]]:
         """Return the rankings with their fusion weights (lexical weighs 1)."""
@@ -283,6 +307,27 @@ class SearchRepository(Repository):
     ) -> Rankings:
         """Return the lexical and (with `semantic`) the semantic ranking, unfused, each
         FUSE_DEPTH deep; the arguments mean what they mean for `search_messages`."""
+        embedding = _start(semantic)
+        try:
+            return await self._rankings(
+                telegram_user_id, query, exclude_id, since, until, role, semantic, embedding
+            )
+        finally:
+            # A refused query, an error or a cancelled search must not leave it running.
+            if embedding is not None and not embedding.done():
+                embedding.cancel()
+
+    async def _rankings(
+        self,
+        telegram_user_id: int,
+        query: str,
+        exclude_id: int | None,
+        since: datetime | None,
+        until: datetime | None,
+        role: str | None,
+        semantic: SemanticQuery | None,
+        embedding: asyncio.Future[np.ndarray | None] | None,
+    ) -> Rankings:
         query = clean_text(query).strip()[:500]
         if not query:
             return Rankings([], None)
@@ -303,10 +348,13 @@ class SearchRepository(Repository):
             async with self.pool.connection() as c:
                 terms = await self._terms(c, parsed)
         lexical = self._lexical(query, *terms, params)
-        if semantic is None or self.semantic_weight == 0:
+        if semantic is None or embedding is None or self.semantic_weight == 0:
             return Rankings(await lexical, None)
-        # Two connections: the index lookups and the vector read overlap.
-        found, closest = await asyncio.gather(lexical, self._semantic(semantic, params))
+        # Three things at once: the index lookups, the vector read (two connections) and
+        # the query's embedding, which is still being made.
+        found, closest = await asyncio.gather(
+            lexical, self._semantic(semantic.model, embedding, params)
+        )
         return Rankings(found, closest)
 
     async def _terms(self, c: Conn, parsed: SearchQuery) -> tuple[list[str], set[str]]:
@@ -356,10 +404,25 @@ class SearchRepository(Repository):
         ranked = bm25(list(await cur.fetchall()), idf, frozenset(prefixes))
         return [row["id"] for score, row in ranked if score > 0][:FUSE_DEPTH]
 
-    async def _semantic(self, semantic: SemanticQuery, params: dict[str, Any]) -> list[int]:
-        """Return the owner's newest embedded messages closest to the query, best first."""
+    async def _semantic(
+        self, model: str, embedding: Awaitable[np.ndarray | None], params: dict[str, Any]
+    ) -> list[int] | None:
+        """Return the owner's newest embedded messages closest to the query, best first
+        (None when the query's embedding failed)."""
         where = VectorFilter(params["roles"], params["exclude"], params["since"], params["until"])
-        ids, matrix = await self.embeddings.owner_vectors(
-            params["user"], semantic.model, SEMANTIC_SCAN, where
-        )
-        return cosine_ranking(ids, matrix, semantic.vector, FUSE_DEPTH)
+        read = self.embeddings.owner_vectors(params["user"], model, SEMANTIC_SCAN, where)
+        (ids, matrix), vector = await asyncio.gather(read, embedding)
+        if vector is None:
+            return None
+        return cosine_ranking(ids, matrix, vector, FUSE_DEPTH)
+
+
+def _start(semantic: SemanticQuery | None) -> asyncio.Future[np.ndarray | None] | None:
+    """Return the query's embedding as a future, started now (None without one)."""
+    if semantic is None:
+        return None
+    if isinstance(semantic.vector, np.ndarray):
+        done: asyncio.Future[np.ndarray | None] = asyncio.get_running_loop().create_future()
+        done.set_result(semantic.vector)
+        return done
+    return asyncio.ensure_future(semantic.vector)

@@ -18,7 +18,7 @@ from src.storage.search_repo import (
     StopWordsOnly,
     bm25,
     parse_query,
-    vector_terms,
+    term_frequencies,
 )
 
 Pool = AsyncConnectionPool[Any]
@@ -145,12 +145,16 @@ def test_query_words_and_prefixes() -> None:
     assert parsed.prefixes == {"ноут"}
 
 
-def test_vector_terms_and_bm25_prefer_rare_words_and_short_texts() -> None:
-    assert vector_terms("'42|кошк':2,5 '42|o''neil':1 '42|wi-fi':3") == {
-        "кошк": 2,
-        "o'neil": 1,
-        "wi-fi": 1,
-    }
+def test_term_frequencies_and_bm25_prefer_rare_words_and_short_texts() -> None:
+    vector = "'42|кошк':2,5 '42|o''neil':1 '42|wi-fi':3 '42|кошка':7 '42|o''neill':8"
+    assert term_frequencies(vector, ["кошк", "o'neil", "wi-fi", "fi", "кош"], frozenset()) == (
+        6,
+        {"кошк": 2, "o'neil": 1, "wi-fi": 1},
+    )
+    assert term_frequencies(vector, ["кош", "o'neil"], frozenset({"кош", "o'neil"})) == (
+        6,
+        {"кош": 3, "o'neil": 2},
+    )
     when = datetime(2026, 1, 1, tzinfo=UTC)
     rows = [
         {"id": 1, "created_at": when, "vector": "'1|melani':1 '1|museum':2"},

@@ -12,10 +12,12 @@ import itertools
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg_pool import AsyncConnectionPool
@@ -24,7 +26,13 @@ from src.graph.tools import make_memory_tools
 from src.services.agent_service import Identity
 from src.storage.conversation_repo import ConversationRepository
 from src.storage.embedding_repo import EmbeddingRepository, Pending
-from src.storage.search_repo import SearchRepository, SemanticQuery, cosine_ranking, fuse
+from src.storage.search_repo import (
+    SearchRepository,
+    SemanticQuery,
+    StopWordsOnly,
+    cosine_ranking,
+    fuse,
+)
 from tests.fakes.openai_server import FakeOpenAI
 
 Pool = AsyncConnectionPool[Any]
@@ -253,3 +261,97 @@ def test_db_embed_backfills(fresh_schema: str, llm: FakeOpenAI, tmp_path: Path) 
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines()[-1] == "done: 70 embedded, 0 pending"
     assert [len(r["input"]) for r in llm.embedding_requests] == [32, 32, 6]
+
+
+async def test_the_query_is_embedded_while_the_search_reads(pool: Pool, monkeypatch: Any) -> None:
+    owner = next(OWNER_BLOCKS)
+    repo, embeddings = ConversationRepository(pool), EmbeddingRepository(pool)
+    conv = await repo.get_or_create_conversation(owner)
+    rows = [await repo.append_message(conv, "user", t) for t in ("red apples", "green pears")]
+    items = [Pending(r["id"], owner, r["content"]) for r in rows]
+    await embeddings.store("m", items, np.eye(2, dtype=np.float32))
+    search = SearchRepository(pool)
+    read = asyncio.Event()
+    real_read = search.embeddings.owner_vectors
+
+    async def owner_vectors(*args: Any, **kwargs: Any) -> Any:
+        out = await real_read(*args, **kwargs)
+        read.set()
+        return out
+
+    monkeypatch.setattr(search.embeddings, "owner_vectors", owner_vectors)
+
+    async def embed() -> np.ndarray:
+        # Finishes only once the vectors were read: a search that awaited the embedding
+        # before reading would never get here.
+        await asyncio.wait_for(read.wait(), 5)
+        return np.array([0.0, 1.0], dtype=np.float32)
+
+    ranks = await search.rankings(owner, "apples", semantic=SemanticQuery(embed(), "m"))
+    assert ranks.lexical == [rows[0]["id"]]
+    assert ranks.semantic == [rows[1]["id"], rows[0]["id"]]
+
+
+async def test_a_refused_or_failed_embedding_leaves_lexical_search(pool: Pool) -> None:
+    owner = next(OWNER_BLOCKS)
+    repo = ConversationRepository(pool)
+    conv = await repo.get_or_create_conversation(owner)
+    row = await repo.append_message(conv, "user", "red apples")
+    search = SearchRepository(pool)
+    # A query of stop words only is refused: the embedding being made is cancelled.
+    slow = asyncio.ensure_future(asyncio.sleep(60, np.ones(2)))
+    with pytest.raises(StopWordsOnly):
+        await search.rankings(owner, "the and of", semantic=SemanticQuery(slow, "m"))
+    await asyncio.sleep(0)
+    assert slow.cancelled()
+    # An embedding that came out None (the provider failed): lexical ranking alone.
+    failed = SemanticQuery(asyncio.sleep(0, None), "m")
+    ranks = await search.rankings(owner, "apples", semantic=failed)
+    assert ranks.lexical == [row["id"]] and ranks.semantic is None
+
+
+async def test_an_owners_vectors_stay_in_memory_and_follow_the_table(pool: Pool) -> None:
+    owner = next(OWNER_BLOCKS)
+    repo, embeddings = ConversationRepository(pool), EmbeddingRepository(pool)
+    conv = await repo.get_or_create_conversation(owner)
+
+    async def add(role: str, text: str, vector: list[float]) -> int:
+        row = await repo.append_message(conv, role, text)
+        vec = np.asarray([vector], dtype=np.float32)
+        await embeddings.store("m", [Pending(row["id"], owner, row["content"])], vec)
+        return int(row["id"])
+
+    first = await add("user", "one", [1, 0])
+    second = await add("assistant", "two", [0.8, 0.6])
+    search = SearchRepository(pool)
+    fetched: list[int] = []
+    real_fetch = search.embeddings._fetch
+
+    async def fetch(c: Any, params: Any, ids: Any) -> Any:
+        fetched.append(len(ids))
+        return await real_fetch(c, params, ids)
+
+    search.embeddings._fetch = fetch  # type: ignore[method-assign]
+    query = np.array([1.0, 0.0], dtype=np.float32)
+
+    async def semantic(**filters: Any) -> list[int] | None:
+        ranks = await search.rankings(owner, "xyzzy", semantic=SemanticQuery(query, "m"), **filters)
+        return ranks.semantic
+
+    assert await semantic() == [first, second]
+    third = await add("user", "three", [0.9, 0.1])
+    # Only the new vector is read; the held ones answer with it.
+    assert await semantic() == [first, third, second]
+    assert fetched == [2, 1]
+    assert await semantic(role="assistant") == [second]
+    assert await semantic(exclude_id=first) == [third, second]
+    assert await semantic(since=datetime.now(UTC) + timedelta(days=1)) == []
+    assert await semantic(until=datetime.now(UTC) + timedelta(days=1)) == [first, third, second]
+    # A deleted message leaves the held matrix too (nothing fetched for it).
+    async with pool.connection() as conn:
+        await conn.execute("DELETE FROM messages WHERE id = %s", (first,))
+    assert await semantic() == [third, second]
+    assert fetched == [2, 1]
+    # Another model's vectors are held apart and never compared.
+    ranks = await search.rankings(owner, "xyzzy", semantic=SemanticQuery(query, "other"))
+    assert ranks.semantic == []
