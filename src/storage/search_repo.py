@@ -376,33 +376,39 @@ class SearchRepository(Repository):
         self, query: str, lexemes: list[str], prefixes: set[str], params: dict[str, Any]
     ) -> list[int]:
         """Return the BM25 ranking, or with no word matched, the substring matches."""
+        if lexemes:
+            ranked = await self._bm25(lexemes, prefixes, params)
+            if ranked:
+                return ranked
+        substring = {"pattern": _like_pattern(query), "scan": SUBSTRING_SCAN}
         async with self.pool.connection() as c:
-            if lexemes:
-                ranked = await self._bm25(c, lexemes, prefixes, params)
-                if ranked:
-                    return ranked
-            substring = {"pattern": _like_pattern(query), "scan": SUBSTRING_SCAN}
             cur = await c.execute(SEARCH_SUBSTRING, {**params, **substring})
             return [r["id"] for r in await cur.fetchall()]
 
     async def _bm25(
-        self, c: Conn, lexemes: list[str], prefixes: set[str], params: dict[str, Any]
+        self, lexemes: list[str], prefixes: set[str], params: dict[str, Any]
     ) -> list[int]:
         """Rank the owner's messages matching any of `lexemes` by BM25; best first."""
         terms = {"lexemes": lexemes, "prefixes": [x in prefixes for x in lexemes]}
-        cur = await c.execute(TERM_STATS, {**params, **terms, "cap": DF_CAP})
-        stats = {r["n"]: int(r["df"]) for r in await cur.fetchall()}
+        # The term statistics and the candidates do not depend on each other: two
+        # connections read them at once.
+        stats_rows, candidates = await asyncio.gather(
+            self._fetch(TERM_STATS, {**params, **terms, "cap": DF_CAP}),
+            self._fetch(CANDIDATES, {**params, **terms, "per_term": PER_TERM}),
+        )
+        stats = {r["n"]: int(r["df"]) for r in stats_rows}
         total = max(stats.pop(0, 0), max(stats.values(), default=0))
         idf = {
             lexemes[n - 1]: math.log(1 + (total - df + 0.5) / (df + 0.5))
             for n, df in stats.items()
             if df
         }
-        if not idf:
-            return []
-        cur = await c.execute(CANDIDATES, {**params, **terms, "per_term": PER_TERM})
-        ranked = bm25(list(await cur.fetchall()), idf, frozenset(prefixes))
+        ranked = bm25(candidates, idf, frozenset(prefixes)) if idf else []
         return [row["id"] for score, row in ranked if score > 0][:FUSE_DEPTH]
+
+    async def _fetch(self, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        async with self.pool.connection() as c:
+            return list(await (await c.execute(sql, params)).fetchall())
 
     async def _semantic(
         self, model: str, embedding: Awaitable[np.ndarray | None], params: dict[str, Any]
