@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class AccessPolicy:
-    """ALLOWED_USER_IDS (empty = everyone) plus ADMIN_USER_IDS, who are always allowed.
+    """ALLOWED_USER_IDS plus ADMIN_USER_IDS, who are always allowed; both empty = everyone.
 
-    A group chat's id in the allowlist admits everyone who writes in that group.
+    Either list closes the bot to everyone it does not name. A group chat's id in the
+    allowlist admits everyone who writes in that group.
     """
 
     allowed: frozenset[int] = field(default_factory=frozenset)
@@ -26,10 +27,10 @@ class AccessPolicy:
     @property
     def open(self) -> bool:
         """Tell whether everyone may use the bot."""
-        return not self.allowed
+        return not self.allowed and not self.admins
 
     def is_admin(self, user_id: int) -> bool:
-        """Tell whether the user is an administrator."""
+        """Tell whether the user is an administrator of the bot."""
         return user_id in self.admins
 
     def allows(self, user_id: int, chat_id: int | None = None) -> bool:
@@ -37,6 +38,16 @@ class AccessPolicy:
         if self.open or user_id in self.allowed or user_id in self.admins:
             return True
         return chat_id is not None and chat_id < 0 and chat_id in self.allowed
+
+    def admits_owner(self, owner_id: int) -> bool:
+        """Tell whether background jobs may serve this memory owner (a user, or a group).
+
+        A group's members are not known without asking Telegram: a group is served when
+        the bot is open or the group itself is listed.
+        """
+        if owner_id < 0:
+            return self.open or owner_id in self.allowed
+        return self.allows(owner_id)
 
 
 class RateLimiter:

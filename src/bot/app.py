@@ -103,6 +103,10 @@ async def _post_init(app: App) -> None:
         state.runtime = await build_runtime(state.settings)
         state.owns_runtime = True
     state.reminders = ReminderService(state.runtime.deps, state.runtime.service.locks)
+    if state.access.open:
+        logger.warning(
+            "the bot is open to everyone: set ALLOWED_USER_IDS or ADMIN_USER_IDS to close it"
+        )
     await set_commands(app)
     schedule_jobs(app, state)
     logger.info("bot @%s ready", app.bot.username)

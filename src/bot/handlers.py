@@ -48,15 +48,16 @@ async def gate(update: object, context: Context) -> None:
     if not is_addressed(message, context.bot.username, context.bot.id):
         raise ApplicationHandlerStop
     state, user, lang = state_of(context), message.from_user, message.from_user.language_code
+    # The allowlist first: a stranger is told "not allowed", and spends no one's window.
+    if not state.access.allows(user.id, message.chat.id):
+        logger.info("refused user %s in chat %s", user.id, message.chat.id)
+        await say(message, t("not_allowed", lang))
+        raise ApplicationHandlerStop
     if not state.access.is_admin(user.id) and not state.limiter.allow(user.id):
         logger.debug("rate limit: dropping a message of user %s", user.id)
         if state.limiter.should_notify(user.id):
             logger.info("user %s is over the rate limit", user.id)
             await say(message, t("rate_limited", lang))
-        raise ApplicationHandlerStop
-    if not state.access.allows(user.id, message.chat.id):
-        logger.info("refused user %s in chat %s", user.id, message.chat.id)
-        await say(message, t("not_allowed", lang))
         raise ApplicationHandlerStop
 
 

@@ -171,7 +171,9 @@ async def test_refused_users_get_one_polite_sentence(bot: Any, factory: FakeBotA
     assert offline.texts() == [t("not_allowed", "en"), t("not_allowed", "ru"), t("help", "ru")]
 
 
-@pytest.mark.parametrize("bot", [{"user_rate_limit": 2, "admin_user_ids": [5]}], indirect=True)
+@pytest.mark.parametrize(
+    "bot", [{"user_rate_limit": 2, "allowed_user_ids": [1], "admin_user_ids": [5]}], indirect=True
+)
 async def test_rate_limit_explains_once(bot: Any, factory: FakeBotAPI) -> None:
     app, offline = bot
     for _ in range(5):
@@ -182,6 +184,29 @@ async def test_rate_limit_explains_once(bot: Any, factory: FakeBotAPI) -> None:
         factory.push_text(5, "/help")
         await feed(app, factory)
     assert offline.texts()[3:] == [t("help", "ru")] * 4
+
+
+@pytest.mark.parametrize("bot", [{"user_rate_limit": 1, "allowed_user_ids": [1]}], indirect=True)
+async def test_strangers_hear_not_allowed_never_rate_limited(bot: Any, factory: FakeBotAPI) -> None:
+    app, offline = bot
+    for _ in range(3):
+        factory.push_text(3, "/help")
+        await feed(app, factory)
+    factory.push_text(1, "/help")  # strangers spent none of an allowed user's window
+    await feed(app, factory)
+    assert offline.texts() == [t("not_allowed", "ru")] * 3 + [t("help", "ru")]
+
+
+@pytest.mark.parametrize("bot", [{"admin_user_ids": [2]}], indirect=True)
+async def test_admins_alone_close_the_bot(bot: Any, factory: FakeBotAPI) -> None:
+    app, offline = bot
+    factory.push_text(3, "/help")
+    await feed(app, factory)
+    factory.push_text(3, "/help@tgagent_test_bot", chat_type="group", chat_id=-9)
+    await feed(app, factory)
+    factory.push_text(2, "/help")
+    await feed(app, factory)
+    assert offline.texts() == [t("not_allowed", "ru")] * 2 + [t("help", "ru")]
 
 
 async def test_errors_are_logged_and_the_user_told(
