@@ -84,8 +84,6 @@ def build_application(
 async def set_commands(app: App) -> None:
     """Publish the command menu (English by default, Russian for Russian speakers)."""
     names = [n for n in COMMANDS if n != "start"]
-    if not hasattr(state_of(app).service, "compress"):
-        names.remove("compress")
     for code, lang in COMMAND_LANGUAGES.items():
         commands = [BotCommand(n, t(f"cmd_{n}", lang)) for n in names]
         try:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from telegram import Message, Update
 from telegram.ext import ApplicationHandlerStop, ContextTypes
 
@@ -86,37 +84,13 @@ async def cmd_memory(update: Update, context: Context) -> None:
         await say(message, render_memory(report, lang))
 
 
-def _compress_answer(result: Any, lang: str | None) -> str:
-    """Return the user-facing text of what `AgentService.compress` returned.
-
-    A string, or a result with a `reply` (or a `text(language_code)` method) in the user's
-    language; anything else gets a plain "done".
-    """
-    if isinstance(result, str) and result.strip():
-        return result
-    reply = result.get("reply") if isinstance(result, dict) else getattr(result, "reply", None)
-    if isinstance(reply, str) and reply.strip():
-        return reply
-    render = getattr(result, "text", None)
-    if callable(render):
-        text = render(lang)
-        if isinstance(text, str) and text.strip():
-            return text
-    return t("compress_done", lang)
-
-
 async def cmd_compress(update: Update, context: Context) -> None:
     """/compress [focus]: ask the model to compress the conversation's older part."""
     message, state = message_of(update), state_of(context)
-    lang = lang_of_message(message)
-    compress = getattr(state.service, "compress", None)
-    if compress is None:
-        await say(message, t("compress_soon", lang))
-        return
     focus = " ".join(context.args or []).strip() or None
     async with state.order.hold(message.chat_id), typing(message):
-        result = await compress(identity_of(message), focus)
-        await say(message, _compress_answer(result, lang))
+        result = await state.service.compress(identity_of(message), focus)
+        await say(message, result.reply)
 
 
 async def cmd_unknown(update: Update, context: Context) -> None:

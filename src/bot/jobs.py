@@ -47,9 +47,7 @@ async def reminders_job(context: ContextTypes.DEFAULT_TYPE) -> None:
 
 async def compaction_job(context: ContextTypes.DEFAULT_TYPE) -> None:
     """Job: end and compact sessions that have been idle for SESSION_IDLE_MINUTES."""
-    compact = getattr(state_of(context).service, "compact_idle_sessions", None)
-    if compact is not None:
-        await compact()
+    await state_of(context).service.compact_idle_sessions()
 
 
 async def prune_job(context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -85,10 +83,9 @@ def schedule_jobs(app: App, state: BotState) -> list[str]:
     every = settings.remind_check_minutes * 60
     queue.run_repeating(reminders_job, interval=every, first=min(every, 60.0), name="reminders")
     names.append("reminders")
-    if hasattr(state.service, "compact_idle_sessions"):
-        every = compaction_interval_minutes(settings.session_idle_minutes) * 60
-        queue.run_repeating(compaction_job, interval=every, first=every, name="compaction")
-        names.append("compaction")
+    every = compaction_interval_minutes(settings.session_idle_minutes) * 60
+    queue.run_repeating(compaction_job, interval=every, first=every, name="compaction")
+    names.append("compaction")
     queue.run_repeating(embedding_job, interval=EMBED_CHECK_SECONDS, first=5.0, name="embeddings")
     names.append("embeddings")
     day = 24 * 3600.0

@@ -47,8 +47,6 @@ TEXTS: dict[str, dict[str, str]] = {
         "cmd_mute": "включить или выключить напоминания",
         "cmd_memory": "что я помню; /memory clear — забыть факты и беседы",
         "cmd_compress": "сжать старую часть разговора",
-        "compress_soon": "Сжатие разговора скоро появится. Пока можно начать заново: /new.",
-        "compress_done": "Готово: старая часть разговора сжата.",
         "memory_title": "Что я помню:",
         "memory_window": "Сообщений в рабочей памяти: {window} (всего в разговоре: {stored}).",
         "memory_summary": "Краткое содержание разговора:\n{summary}",
@@ -117,9 +115,6 @@ TEXTS: dict[str, dict[str, str]] = {
         "cmd_mute": "turn reminders off or on",
         "cmd_memory": "what I remember; /memory clear forgets facts and chats",
         "cmd_compress": "compress the older part of the conversation",
-        "compress_soon": "Compressing the conversation is coming soon. "
-        "For now you can start over with /new.",
-        "compress_done": "Done: the older part of the conversation is compressed.",
         "memory_title": "What I remember:",
         "memory_window": "Messages in working memory: {window} (stored in this conversation: "
         "{stored}).",
