@@ -38,6 +38,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "или добавьте подпись.",
         "not_allowed": "Извините, этот бот доступен только ограниченному кругу пользователей.",
         "rate_limited": "Слишком много сообщений подряд. Подождите минуту и продолжите.",
+        "group_admins_only": "В группе эту команду может выполнить только администратор группы.",
         "reminder": "Давно не общались! Если захотите продолжить — просто напишите.",
         # --- Telegram bot (src/bot) ---
         "cmd_start": "приветствие",
@@ -106,6 +107,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "or add a caption.",
         "not_allowed": "Sorry, this bot is available only to a limited set of users.",
         "rate_limited": "Too many messages in a row. Please wait a minute.",
+        "group_admins_only": "In a group, only the group's administrators can use this command.",
         "reminder": "It's been a while! Just write if you'd like to continue.",
         # --- Telegram bot (src/bot) ---
         "cmd_start": "greeting",

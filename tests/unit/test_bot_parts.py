@@ -11,7 +11,7 @@ from src.bot.memory_view import render_memory
 from src.bot.state import ChatOrder, state_of
 from src.services.texts import t
 from tests.conftest import make_settings
-from tests.unit.test_bot_handlers import TOKEN, OfflineRequest
+from tests.fakes.offline_bot import TOKEN, OfflineRequest
 
 
 def test_memory_report_lists_every_layer() -> None:
