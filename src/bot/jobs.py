@@ -21,7 +21,7 @@ App = Any  # telegram.ext.Application with whatever generic parameters the build
 
 
 async def send_reminders(app: App) -> ReminderStats:
-    """Remind every user who is due now through the application's bot."""
+    """Remind every user who is due now, and still admitted, through the application's bot."""
     state = state_of(app)
     if state.reminders is None:
         raise RuntimeError("reminders are not set up (post_init has not run)")
@@ -37,7 +37,7 @@ async def send_reminders(app: App) -> ReminderStats:
                 raise RecipientGone(exc.message) from exc
             raise
 
-    return await state.reminders.run_once(send)
+    return await state.reminders.run_once(send, state.access.admits_owner)
 
 
 async def reminders_job(context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -46,8 +46,9 @@ async def reminders_job(context: ContextTypes.DEFAULT_TYPE) -> None:
 
 
 async def compaction_job(context: ContextTypes.DEFAULT_TYPE) -> None:
-    """Job: end and compact sessions that have been idle for SESSION_IDLE_MINUTES."""
-    await state_of(context).service.compact_idle_sessions()
+    """Job: end and compact sessions idle for SESSION_IDLE_MINUTES, of admitted owners."""
+    state = state_of(context)
+    await state.service.compact_idle_sessions(admits=state.access.admits_owner)
 
 
 async def prune_job(context: ContextTypes.DEFAULT_TYPE) -> None:

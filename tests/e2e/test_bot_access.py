@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from src.bot.jobs import send_reminders
 from src.services.texts import t
 from tests.e2e.conftest import CHAT_MODEL, stored
 from tests.e2e.test_bot_e2e import say
@@ -58,3 +59,34 @@ async def test_only_a_groups_administrators_wipe_its_conversation(
 
     assert await say(tg, ann, "/new", **kw) == t("new", "ru")
     assert await stored(pool, group) == []
+
+
+async def test_jobs_leave_alone_a_user_removed_from_the_allowlist(
+    start_bot: Any, tg: FakeBotAPI, llm: Any, pool: Any
+) -> None:
+    gone, kept = 7611, 7612
+    first = await start_bot(session_idle_minutes=1)
+    llm.script_for(CHAT_MODEL, "Привет!", "Здравствуйте!")
+    await say(tg, gone, "привет")
+    await say(tg, kept, "привет")
+    await first.close()
+    # Restarted with `gone` no longer on the allowlist.
+    bot = await start_bot(session_idle_minutes=1, allowed_user_ids=[kept])
+    async with pool.connection() as conn:
+        await conn.execute(
+            "UPDATE users SET last_seen_at = last_seen_at - interval '25 hours'",
+        )
+        await conn.execute(
+            "UPDATE conversations SET last_message_at = last_message_at - interval '2 hours'"
+        )
+    (job,) = bot.app.job_queue.get_jobs_by_name("compaction")
+    await job.run(bot.app)
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT telegram_user_id, ended_at FROM conversations")
+        ended = {r["telegram_user_id"]: r["ended_at"] is not None for r in await cur.fetchall()}
+    assert ended == {gone: False, kept: True}
+
+    sent_before = len(tg.sent)
+    stats = await send_reminders(bot.app)
+    assert (stats.due, stats.refused) == (2, 1)
+    assert [m["chat_id"] for m in tg.sent[sent_before:]] == [kept]
