@@ -21,8 +21,11 @@ TEXTS: dict[str, dict[str, str]] = {
         ),
         "new": "Начали новый разговор. Предыдущий стёрт.",
         "forget": "Готово: начинаем с чистого листа. История сохранена, напоминания выключены.",
-        "muted": "Напоминания выключены.",
-        "unmuted": "Напоминания включены.",
+        "muted": "Напоминания выключены: сам я писать не буду. /mute — включить снова.",
+        "unmuted": "Напоминания включены: если вы надолго пропадёте, я напомню о себе. "
+        "/mute — выключить.",
+        "mute_group": "В группах я не напоминаю о себе, так что выключать нечего: "
+        "напоминания приходят только в личный чат.",
         "unknown_command": "Не знаю такой команды. /help — список команд.",
         "model_error": "Не получилось получить ответ от модели. Ваше сообщение сохранено — "
         "попробуйте ещё раз чуть позже.",
@@ -90,8 +93,11 @@ TEXTS: dict[str, dict[str, str]] = {
         ),
         "new": "Started a new conversation. The previous one is erased.",
         "forget": "Done: a clean slate. Your history is kept, reminders are off.",
-        "muted": "Reminders are off.",
-        "unmuted": "Reminders are on.",
+        "muted": "Reminders are off: I won't write first. /mute turns them back on.",
+        "unmuted": "Reminders are on: if you go quiet for a while, I'll remind you of myself. "
+        "/mute turns them off.",
+        "mute_group": "I never remind groups of myself, so there is nothing to turn off: "
+        "reminders only come to private chats.",
         "unknown_command": "I don't know that command. /help lists commands.",
         "model_error": "I couldn't get an answer from the model. Your message is saved — "
         "please try again a bit later.",

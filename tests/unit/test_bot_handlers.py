@@ -133,6 +133,22 @@ async def test_admins_alone_close_the_bot(bot: Any, factory: FakeBotAPI) -> None
     assert offline.texts() == [t("not_allowed", "ru")] * 2 + [t("help", "ru")]
 
 
+async def test_mute_in_a_group_says_groups_are_never_reminded(
+    bot: Any, factory: FakeBotAPI
+) -> None:
+    app, offline = bot
+    factory.push_text(1, "/mute", chat_type="group", chat_id=-7, language_code="en")
+    await feed(app, factory)  # no runtime: answered without touching the service
+    assert offline.texts() == [t("mute_group", "en")]
+
+
+def test_mute_answers_say_the_new_state_and_the_way_back() -> None:
+    for lang in ("ru", "en"):
+        off, on = t("muted", lang), t("unmuted", lang)
+        assert off != on and "/mute" in off and "/mute" in on
+        assert t("memory_reminders_off", lang).split()[0] in off  # "Напоминания"/"Reminders"
+
+
 async def test_errors_are_logged_and_the_user_told(
     bot: Any, factory: FakeBotAPI, caplog: pytest.LogCaptureFixture
 ) -> None:
