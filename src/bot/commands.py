@@ -93,10 +93,10 @@ async def cmd_forget(update: Update, context: Context) -> None:
 async def cmd_mute(update: Update, context: Context) -> None:
     """/mute: turn reminders off or back on, and say which; the context is untouched."""
     message, state = message_of(update), state_of(context)
-    if not is_private(message):  # groups are never reminded: there is nothing to switch
-        await say(message, t("mute_group", lang_of_message(message)))
-        return
     async with state.order.hold(message.chat_id):
+        if not is_private(message):  # groups are never reminded: there is nothing to switch
+            await say(message, t("mute_group", lang_of_message(message)))
+            return
         enabled = await state.service.toggle_mute(identity_of(message))
         await say(message, t("unmuted" if enabled else "muted", lang_of_message(message)))
 
