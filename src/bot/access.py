@@ -1,18 +1,30 @@
-"""Who may talk to the bot, and how often: the allowlist and a per-user rate limit."""
+"""Who may talk to the bot, and how often: the allowlist, a per-user rate limit, and
+who administers a group (for the commands that change a group's memory)."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from telegram import Bot
+from telegram.constants import ChatMemberStatus
+from telegram.error import BadRequest
+
+logger = logging.getLogger(__name__)
+
+# A group's administrators, as getChatMember tells them.
+ADMIN_STATUSES = frozenset({ChatMemberStatus.OWNER, ChatMemberStatus.ADMINISTRATOR})
+
 
 @dataclass(frozen=True)
 class AccessPolicy:
-    """ALLOWED_USER_IDS (empty = everyone) plus ADMIN_USER_IDS, who are always allowed.
+    """ALLOWED_USER_IDS plus ADMIN_USER_IDS, who are always allowed; both empty = everyone.
 
-    A group chat's id in the allowlist admits everyone who writes in that group.
+    Either list closes the bot to everyone it does not name. A group chat's id in the
+    allowlist admits everyone who writes in that group.
     """
 
     allowed: frozenset[int] = field(default_factory=frozenset)
@@ -26,10 +38,10 @@ class AccessPolicy:
     @property
     def open(self) -> bool:
         """Tell whether everyone may use the bot."""
-        return not self.allowed
+        return not self.allowed and not self.admins
 
     def is_admin(self, user_id: int) -> bool:
-        """Tell whether the user is an administrator."""
+        """Tell whether the user is an administrator of the bot."""
         return user_id in self.admins
 
     def allows(self, user_id: int, chat_id: int | None = None) -> bool:
@@ -37,6 +49,16 @@ class AccessPolicy:
         if self.open or user_id in self.allowed or user_id in self.admins:
             return True
         return chat_id is not None and chat_id < 0 and chat_id in self.allowed
+
+    def admits_owner(self, owner_id: int) -> bool:
+        """Tell whether background jobs may serve this memory owner (a user, or a group).
+
+        A group's members are not known without asking Telegram: a group is served when
+        the bot is open or the group itself is listed.
+        """
+        if owner_id < 0:
+            return self.open or owner_id in self.allowed
+        return self.allows(owner_id)
 
 
 class RateLimiter:
@@ -92,3 +114,37 @@ class RateLimiter:
     def __len__(self) -> int:
         """Return how many users are tracked."""
         return len(self._hits)
+
+
+class GroupAdmins:
+    """Tell who administers a group, asking Telegram (getChatMember) at most once a `ttl`.
+
+    Promotions and demotions reach the bot within a minute, and a burst of commands costs
+    one request per user and group.
+    """
+
+    def __init__(self, ttl: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl = ttl
+        self.clock = clock
+        self._known: dict[tuple[int, int], tuple[bool, float]] = {}
+
+    async def is_admin(self, bot: Bot, chat_id: int, user_id: int) -> bool:
+        """Tell whether the user is the group's creator or one of its administrators."""
+        now, key = self.clock(), (chat_id, user_id)
+        known = self._known.get(key)
+        if known is not None and known[1] > now:
+            return known[0]
+        try:
+            member = await bot.get_chat_member(chat_id, user_id)
+            admin = member.status in ADMIN_STATUSES
+        except BadRequest as exc:  # "chat not found", "user not found": not an admin
+            logger.info("getChatMember(%s, %s): %s", chat_id, user_id, exc.message)
+            admin = False
+        if len(self._known) > 1024:
+            self._known = {k: v for k, v in self._known.items() if v[1] > now}
+        self._known[key] = (admin, now + self.ttl)
+        return admin
+
+    def __len__(self) -> int:
+        """Return how many answers are kept."""
+        return len(self._known)

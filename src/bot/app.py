@@ -84,8 +84,6 @@ def build_application(
 async def set_commands(app: App) -> None:
     """Publish the command menu (English by default, Russian for Russian speakers)."""
     names = [n for n in COMMANDS if n != "start"]
-    if not hasattr(state_of(app).service, "compress"):
-        names.remove("compress")
     for code, lang in COMMAND_LANGUAGES.items():
         commands = [BotCommand(n, t(f"cmd_{n}", lang)) for n in names]
         try:
@@ -103,6 +101,10 @@ async def _post_init(app: App) -> None:
         state.runtime = await build_runtime(state.settings)
         state.owns_runtime = True
     state.reminders = ReminderService(state.runtime.deps, state.runtime.service.locks)
+    if state.access.open:
+        logger.warning(
+            "the bot is open to everyone: set ALLOWED_USER_IDS or ADMIN_USER_IDS to close it"
+        )
     await set_commands(app)
     schedule_jobs(app, state)
     logger.info("bot @%s ready", app.bot.username)

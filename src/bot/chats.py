@@ -15,6 +15,11 @@ def is_private(message: Message) -> bool:
     return message.chat.type == ChatType.PRIVATE
 
 
+def is_anonymous_admin(message: Message) -> bool:
+    """Tell whether a group's administrator wrote anonymously, as the group itself."""
+    return message.sender_chat is not None and message.sender_chat.id == message.chat.id
+
+
 def _mention_pattern(username: str) -> re.Pattern[str]:
     return re.compile(rf"(?<![\w@])@{re.escape(username)}\b", re.IGNORECASE)
 

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+import logging
 
 from telegram import Message, Update
 from telegram.ext import ApplicationHandlerStop, ContextTypes
 
-from src.bot.chats import identity_of, is_private
+from src.bot.chats import identity_of, is_anonymous_admin, is_private
 from src.bot.memory_view import render_memory
 from src.bot.sending import reply_text, typing
 from src.bot.state import state_of
 from src.services.texts import t
+
+logger = logging.getLogger(__name__)
 
 Context = ContextTypes.DEFAULT_TYPE
 CLEAR_WORDS = ("clear", "очистить")
@@ -35,6 +37,24 @@ async def say(message: Message, text: str) -> None:
     await reply_text(message, text, quote=not is_private(message))
 
 
+async def may_change_memory(message: Message, context: Context) -> bool:
+    """Tell whether the author may wipe or rewrite this chat's memory; if not, say so.
+
+    Anyone in a private chat; in a group, its administrators only (an anonymous one
+    writes as the group itself).
+    """
+    if is_private(message) or is_anonymous_admin(message):
+        return True
+    user = message.from_user
+    if user is not None and await state_of(context).group_admins.is_admin(
+        context.bot, message.chat_id, user.id
+    ):
+        return True
+    logger.info("user %s is not an administrator of chat %s", user and user.id, message.chat_id)
+    await say(message, t("group_admins_only", lang_of_message(message)))
+    return False
+
+
 async def cmd_start(update: Update, context: Context) -> None:
     """/start: greet; the context is untouched."""
     message = message_of(update)
@@ -51,24 +71,32 @@ async def cmd_help(update: Update, context: Context) -> None:
 async def cmd_new(update: Update, context: Context) -> None:
     """/new: wipe the conversation and start over (seed 004)."""
     message, state = message_of(update), state_of(context)
-    async with state.order.hold(message.chat_id), typing(message):
-        # Compacting the old session may take a model call: "typing..." meanwhile.
-        await state.service.new_conversation(identity_of(message))
-        await say(message, t("new", lang_of_message(message)))
+    async with state.order.hold(message.chat_id):
+        if not await may_change_memory(message, context):
+            return
+        async with typing(message):
+            # Compacting the old session may take a model call: "typing..." meanwhile.
+            await state.service.new_conversation(identity_of(message))
+            await say(message, t("new", lang_of_message(message)))
 
 
 async def cmd_forget(update: Update, context: Context) -> None:
     """/forget: a clean context from now on, history kept, reminders off (seed 000)."""
     message, state = message_of(update), state_of(context)
     async with state.order.hold(message.chat_id):
+        if not await may_change_memory(message, context):
+            return
         await state.service.forget(identity_of(message))
         await say(message, t("forget", lang_of_message(message)))
 
 
 async def cmd_mute(update: Update, context: Context) -> None:
-    """/mute: turn reminders off or back on; the context is untouched."""
+    """/mute: turn reminders off or back on, and say which; the context is untouched."""
     message, state = message_of(update), state_of(context)
     async with state.order.hold(message.chat_id):
+        if not is_private(message):  # groups are never reminded: there is nothing to switch
+            await say(message, t("mute_group", lang_of_message(message)))
+            return
         enabled = await state.service.toggle_mute(identity_of(message))
         await say(message, t("unmuted" if enabled else "muted", lang_of_message(message)))
 
@@ -79,6 +107,8 @@ async def cmd_memory(update: Update, context: Context) -> None:
     lang, identity = lang_of_message(message), identity_of(message)
     async with state.order.hold(message.chat_id):
         if context.args and context.args[0].lower() in CLEAR_WORDS:
+            if not await may_change_memory(message, context):
+                return
             facts, compacts = await state.service.clear_memory(identity)
             await say(message, t("memory_cleared", lang, facts=facts, compacts=compacts))
             return
@@ -86,37 +116,16 @@ async def cmd_memory(update: Update, context: Context) -> None:
         await say(message, render_memory(report, lang))
 
 
-def _compress_answer(result: Any, lang: str | None) -> str:
-    """Return the user-facing text of what `AgentService.compress` returned.
-
-    A string, or a result with a `reply` (or a `text(language_code)` method) in the user's
-    language; anything else gets a plain "done".
-    """
-    if isinstance(result, str) and result.strip():
-        return result
-    reply = result.get("reply") if isinstance(result, dict) else getattr(result, "reply", None)
-    if isinstance(reply, str) and reply.strip():
-        return reply
-    render = getattr(result, "text", None)
-    if callable(render):
-        text = render(lang)
-        if isinstance(text, str) and text.strip():
-            return text
-    return t("compress_done", lang)
-
-
 async def cmd_compress(update: Update, context: Context) -> None:
     """/compress [focus]: ask the model to compress the conversation's older part."""
     message, state = message_of(update), state_of(context)
-    lang = lang_of_message(message)
-    compress = getattr(state.service, "compress", None)
-    if compress is None:
-        await say(message, t("compress_soon", lang))
-        return
     focus = " ".join(context.args or []).strip() or None
-    async with state.order.hold(message.chat_id), typing(message):
-        result = await compress(identity_of(message), focus)
-        await say(message, _compress_answer(result, lang))
+    async with state.order.hold(message.chat_id):
+        if not await may_change_memory(message, context):
+            return
+        async with typing(message):
+            result = await state.service.compress(identity_of(message), focus)
+            await say(message, result.reply)
 
 
 async def cmd_unknown(update: Update, context: Context) -> None:

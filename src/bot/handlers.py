@@ -17,7 +17,14 @@ from telegram.ext import (
     filters,
 )
 
-from src.bot.chats import group_turn_text, identity_of, is_addressed, is_private, turn_text
+from src.bot.chats import (
+    group_turn_text,
+    identity_of,
+    is_addressed,
+    is_anonymous_admin,
+    is_private,
+    turn_text,
+)
 from src.bot.commands import COMMANDS, Context, cmd_unknown, lang_of_message, message_of, say
 from src.bot.sending import reply_text, typing
 from src.bot.state import state_of
@@ -42,21 +49,21 @@ async def gate(update: object, context: Context) -> None:
     if message.from_user is None or filters.StatusUpdate.ALL.check_update(update):
         raise ApplicationHandlerStop
     # Other bots are ignored (no bot-to-bot loops), except a group's anonymous admin.
-    anonymous_admin = message.sender_chat is not None and message.sender_chat.id == message.chat.id
-    if message.from_user.is_bot and not anonymous_admin:
+    if message.from_user.is_bot and not is_anonymous_admin(message):
         raise ApplicationHandlerStop
     if not is_addressed(message, context.bot.username, context.bot.id):
         raise ApplicationHandlerStop
     state, user, lang = state_of(context), message.from_user, message.from_user.language_code
+    # The allowlist first: a stranger is told "not allowed", and spends no one's window.
+    if not state.access.allows(user.id, message.chat.id):
+        logger.info("refused user %s in chat %s", user.id, message.chat.id)
+        await say(message, t("not_allowed", lang))
+        raise ApplicationHandlerStop
     if not state.access.is_admin(user.id) and not state.limiter.allow(user.id):
         logger.debug("rate limit: dropping a message of user %s", user.id)
         if state.limiter.should_notify(user.id):
             logger.info("user %s is over the rate limit", user.id)
             await say(message, t("rate_limited", lang))
-        raise ApplicationHandlerStop
-    if not state.access.allows(user.id, message.chat.id):
-        logger.info("refused user %s in chat %s", user.id, message.chat.id)
-        await say(message, t("not_allowed", lang))
         raise ApplicationHandlerStop
 
 

@@ -21,7 +21,7 @@ App = Any  # telegram.ext.Application with whatever generic parameters the build
 
 
 async def send_reminders(app: App) -> ReminderStats:
-    """Remind every user who is due now through the application's bot."""
+    """Remind every user who is due now, and still admitted, through the application's bot."""
     state = state_of(app)
     if state.reminders is None:
         raise RuntimeError("reminders are not set up (post_init has not run)")
@@ -37,7 +37,7 @@ async def send_reminders(app: App) -> ReminderStats:
                 raise RecipientGone(exc.message) from exc
             raise
 
-    return await state.reminders.run_once(send)
+    return await state.reminders.run_once(send, state.access.admits_owner)
 
 
 async def reminders_job(context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -46,10 +46,9 @@ async def reminders_job(context: ContextTypes.DEFAULT_TYPE) -> None:
 
 
 async def compaction_job(context: ContextTypes.DEFAULT_TYPE) -> None:
-    """Job: end and compact sessions that have been idle for SESSION_IDLE_MINUTES."""
-    compact = getattr(state_of(context).service, "compact_idle_sessions", None)
-    if compact is not None:
-        await compact()
+    """Job: end and compact sessions idle for SESSION_IDLE_MINUTES, of admitted owners."""
+    state = state_of(context)
+    await state.service.compact_idle_sessions(admits=state.access.admits_owner)
 
 
 async def prune_job(context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -85,10 +84,9 @@ def schedule_jobs(app: App, state: BotState) -> list[str]:
     every = settings.remind_check_minutes * 60
     queue.run_repeating(reminders_job, interval=every, first=min(every, 60.0), name="reminders")
     names.append("reminders")
-    if hasattr(state.service, "compact_idle_sessions"):
-        every = compaction_interval_minutes(settings.session_idle_minutes) * 60
-        queue.run_repeating(compaction_job, interval=every, first=every, name="compaction")
-        names.append("compaction")
+    every = compaction_interval_minutes(settings.session_idle_minutes) * 60
+    queue.run_repeating(compaction_job, interval=every, first=every, name="compaction")
+    names.append("compaction")
     queue.run_repeating(embedding_job, interval=EMBED_CHECK_SECONDS, first=5.0, name="embeddings")
     names.append("embeddings")
     day = 24 * 3600.0

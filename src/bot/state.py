@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from src.bot.access import AccessPolicy, RateLimiter
+from src.bot.access import AccessPolicy, GroupAdmins, RateLimiter
 from src.config import Settings
 from src.services.agent_service import AgentService
 from src.services.factory import Runtime
@@ -35,6 +35,7 @@ class BotState:
     owns_runtime: bool = False
     reminders: ReminderService | None = None
     order: ChatOrder = field(default_factory=ChatOrder)
+    group_admins: GroupAdmins = field(default_factory=GroupAdmins)
 
     @classmethod
     def from_settings(cls, settings: Settings, runtime: Runtime | None = None) -> BotState:

@@ -7,6 +7,7 @@ import functools
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -321,20 +322,25 @@ class AgentService:
             "reminders": user is not None and user["remind_of_yourself"] != "0",
         }
 
-    async def compact_idle_sessions(self, now: datetime | None = None, limit: int = 100) -> int:
+    async def compact_idle_sessions(
+        self,
+        now: datetime | None = None,
+        limit: int = 100,
+        admits: Callable[[int], bool] | None = None,
+    ) -> int:
         """End the sessions silent for SESSION_IDLE_MINUTES (a job); return how many.
 
         Each under its owner's turn lock, so a message arriving meanwhile waits and then
         finds the session ended. The conversations stay open: a user coming back
-        continues where they left off, in a new session.
+        continues where they left off, in a new session. Owners `admits` refuses (the
+        allowlist no longer names them) are left as they are: no model call, no write.
         """
         if self.compactor is None:
             return 0
         deps = self.deps
         now = now or deps.clock()
-        cutoff = now - timedelta(minutes=self.settings.session_idle_minutes)
         ended = 0
-        for row in await deps.memory.idle_conversations(cutoff, limit):
+        for row in await self._idle_conversations(now, limit, admits):
             owner, conversation_id = row["telegram_user_id"], uuid.UUID(str(row["id"]))
             try:
                 async with self.locks.hold(owner):
@@ -351,6 +357,25 @@ class AgentService:
             except Exception:
                 logger.error("ending the idle session of %s failed", owner, exc_info=True)
         return ended
+
+    async def _idle_conversations(
+        self, now: datetime, limit: int, admits: Callable[[int], bool] | None
+    ) -> list[dict[str, Any]]:
+        """Return up to `limit` idle conversations of admitted owners, oldest first.
+
+        Refused owners' conversations stay idle forever: paging past them keeps them
+        from filling every batch.
+        """
+        cutoff = now - timedelta(minutes=self.settings.session_idle_minutes)
+        found: list[dict[str, Any]] = []
+        after: dict[str, Any] | None = None
+        while len(found) < limit:
+            page = await self.deps.memory.idle_conversations(cutoff, limit, after=after)
+            found += [r for r in page if admits is None or admits(r["telegram_user_id"])]
+            if len(page) < limit:
+                break
+            after = page[-1]
+        return found[:limit]
 
     @functools.cached_property
     def compress_graph(self) -> Any:

@@ -4,7 +4,8 @@ A user with reminders on who has been silent for REMIND_AFTER_HOURS gets one mes
 written by the chat model from what the bot remembers of them (a fixed text if the model
 fails), stored as an assistant message. The silence is marked before sending, so it is
 answered at most once even if sending fails; a chat that can no longer be reached turns
-the user's reminders off. Group chats are never reminded.
+the user's reminders off. Group chats are never reminded, nor users the current allowlist
+no longer admits (the caller's `admits`).
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ class ReminderStats:
     templates: int = 0  # delivered, the fixed text (the model failed)
     turned_off: int = 0  # unreachable: reminders turned off
     skipped: int = 0  # groups, and users who wrote or muted meanwhile
+    refused: int = 0  # users the allowlist no longer admits
     failed: int = 0
 
 
@@ -91,8 +93,10 @@ class ReminderService:
         self.concurrency = concurrency
         self.batch = batch
 
-    async def run_once(self, send: Send) -> ReminderStats:
-        """Remind every user who is due now; return what happened."""
+    async def run_once(
+        self, send: Send, admits: Callable[[int], bool] | None = None
+    ) -> ReminderStats:
+        """Remind every user who is due now and `admits` lets in; return what happened."""
         now = self.deps.clock()
         silent_since = now - timedelta(hours=self.settings.remind_after_hours)
         users = await self.deps.users.due_reminders(silent_since, self.batch)
@@ -102,7 +106,10 @@ class ReminderService:
         async def one(user: dict[str, Any]) -> None:
             async with gate:
                 try:
-                    outcome = await self.remind(user, send, silent_since)
+                    if admits is None or admits(int(user["telegram_user_id"])):
+                        outcome = await self.remind(user, send, silent_since)
+                    else:
+                        outcome = await self.refuse(user)
                 except Exception:
                     logger.exception("reminder for %s failed", user["telegram_user_id"])
                     outcome = "failed"
@@ -111,12 +118,13 @@ class ReminderService:
         await asyncio.gather(*(one(user) for user in users))
         if users:
             logger.info(
-                "reminders due=%d sent=%d templates=%d off=%d skipped=%d failed=%d",
+                "reminders due=%d sent=%d templates=%d off=%d skipped=%d refused=%d failed=%d",
                 stats.due,
                 stats.sent,
                 stats.templates,
                 stats.turned_off,
                 stats.skipped,
+                stats.refused,
                 stats.failed,
             )
         return stats
@@ -152,6 +160,14 @@ class ReminderService:
                 )
                 await deps.users.advance_active_messages_count(owner, 1, conn=conn)
         return "sent" if from_model else "templates"
+
+    async def refuse(self, user: dict[str, Any]) -> str:
+        """Let a silence of a user the allowlist no longer admits pass unanswered.
+
+        Marked as answered, like a group's, so it never comes due again; no model call.
+        """
+        await self.deps.users.mark_reminded(int(user["telegram_user_id"]), self.deps.clock())
+        return "refused"
 
     async def recipient_gone(self, owner_id: int, reason: object) -> None:
         """Turn reminders off for a chat that refuses the bot's messages (it blocked the bot)."""

@@ -21,8 +21,11 @@ TEXTS: dict[str, dict[str, str]] = {
         ),
         "new": "Начали новый разговор. Предыдущий стёрт.",
         "forget": "Готово: начинаем с чистого листа. История сохранена, напоминания выключены.",
-        "muted": "Напоминания выключены.",
-        "unmuted": "Напоминания включены.",
+        "muted": "Напоминания выключены: сам я писать не буду. /mute — включить снова.",
+        "unmuted": "Напоминания включены: если вы надолго пропадёте, я напомню о себе. "
+        "/mute — выключить.",
+        "mute_group": "В группах я не напоминаю о себе, так что выключать нечего: "
+        "напоминания приходят только в личный чат.",
         "unknown_command": "Не знаю такой команды. /help — список команд.",
         "model_error": "Не получилось получить ответ от модели. Ваше сообщение сохранено — "
         "попробуйте ещё раз чуть позже.",
@@ -38,6 +41,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "или добавьте подпись.",
         "not_allowed": "Извините, этот бот доступен только ограниченному кругу пользователей.",
         "rate_limited": "Слишком много сообщений подряд. Подождите минуту и продолжите.",
+        "group_admins_only": "В группе эту команду может выполнить только администратор группы.",
         "reminder": "Давно не общались! Если захотите продолжить — просто напишите.",
         # --- Telegram bot (src/bot) ---
         "cmd_start": "приветствие",
@@ -47,8 +51,6 @@ TEXTS: dict[str, dict[str, str]] = {
         "cmd_mute": "включить или выключить напоминания",
         "cmd_memory": "что я помню; /memory clear — забыть факты и беседы",
         "cmd_compress": "сжать старую часть разговора",
-        "compress_soon": "Сжатие разговора скоро появится. Пока можно начать заново: /new.",
-        "compress_done": "Готово: старая часть разговора сжата.",
         "memory_title": "Что я помню:",
         "memory_window": "Сообщений в рабочей памяти: {window} (всего в разговоре: {stored}).",
         "memory_summary": "Краткое содержание разговора:\n{summary}",
@@ -91,8 +93,11 @@ TEXTS: dict[str, dict[str, str]] = {
         ),
         "new": "Started a new conversation. The previous one is erased.",
         "forget": "Done: a clean slate. Your history is kept, reminders are off.",
-        "muted": "Reminders are off.",
-        "unmuted": "Reminders are on.",
+        "muted": "Reminders are off: I won't write first. /mute turns them back on.",
+        "unmuted": "Reminders are on: if you go quiet for a while, I'll remind you of myself. "
+        "/mute turns them off.",
+        "mute_group": "I never remind groups of myself, so there is nothing to turn off: "
+        "reminders only come to private chats.",
         "unknown_command": "I don't know that command. /help lists commands.",
         "model_error": "I couldn't get an answer from the model. Your message is saved — "
         "please try again a bit later.",
@@ -108,6 +113,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "or add a caption.",
         "not_allowed": "Sorry, this bot is available only to a limited set of users.",
         "rate_limited": "Too many messages in a row. Please wait a minute.",
+        "group_admins_only": "In a group, only the group's administrators can use this command.",
         "reminder": "It's been a while! Just write if you'd like to continue.",
         # --- Telegram bot (src/bot) ---
         "cmd_start": "greeting",
@@ -117,9 +123,6 @@ TEXTS: dict[str, dict[str, str]] = {
         "cmd_mute": "turn reminders off or on",
         "cmd_memory": "what I remember; /memory clear forgets facts and chats",
         "cmd_compress": "compress the older part of the conversation",
-        "compress_soon": "Compressing the conversation is coming soon. "
-        "For now you can start over with /new.",
-        "compress_done": "Done: the older part of the conversation is compressed.",
         "memory_title": "What I remember:",
         "memory_window": "Messages in working memory: {window} (stored in this conversation: "
         "{stored}).",

@@ -96,7 +96,8 @@ DELETE_COMPACTS = "DELETE FROM session_compacts WHERE telegram_user_id = %s"
 SELECT_IDLE_CONVERSATIONS = """
 SELECT id, telegram_user_id, last_message_at FROM conversations
 WHERE last_message_at < %s AND (ended_at IS NULL OR ended_at < last_message_at)
-ORDER BY last_message_at LIMIT %s
+  AND (%s::timestamptz IS NULL OR (last_message_at, id) > (%s, %s::uuid))
+ORDER BY last_message_at, id LIMIT %s
 """
 MARK_SESSION_ENDED = "UPDATE conversations SET ended_at = %s WHERE id = %s"
 
@@ -239,11 +240,18 @@ class MemoryRepository(Repository):
             return (await c.execute(DELETE_COMPACTS, (telegram_user_id,))).rowcount
 
     async def idle_conversations(
-        self, silent_since: datetime, limit: int = 100, conn: Conn | None = None
+        self,
+        silent_since: datetime,
+        limit: int = 100,
+        conn: Conn | None = None,
+        after: dict[str, Any] | None = None,
     ) -> list[dict[str, Any]]:
-        """Return conversations silent since `silent_since` whose session is not compacted."""
+        """Return conversations silent since `silent_since` whose session is not compacted,
+        oldest first; `after` (a row of the previous page) continues past it."""
+        at, after_id = (after["last_message_at"], after["id"]) if after else (None, None)
         async with self._conn(conn) as c:
-            cur = await c.execute(SELECT_IDLE_CONVERSATIONS, (silent_since, limit))
+            params = (silent_since, at, at, after_id, limit)
+            cur = await c.execute(SELECT_IDLE_CONVERSATIONS, params)
             return list(await cur.fetchall())
 
     async def mark_session_ended(

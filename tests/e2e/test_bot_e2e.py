@@ -52,7 +52,7 @@ async def say(tg: FakeBotAPI, user: int, text: str, **kw: Any) -> str:
 
 async def test_private_conversation(start_bot: Any, tg: FakeBotAPI, llm: Any, pool: Any) -> None:
     """/start, three messages, /forget, /new, media, a long reply, a 429, the commands."""
-    bot = await start_bot()
+    await start_bot()
     menus = {json.loads(key)[1]: [c["command"] for c in cmds] for key, cmds in tg.commands.items()}
     assert {"", "ru"} <= set(menus) and {"help", "new", "forget", "mute", "memory"} <= set(
         menus[""]
@@ -120,10 +120,7 @@ async def test_private_conversation(start_bot: Any, tg: FakeBotAPI, llm: Any, po
 
     assert await say(tg, ANN, "/whatever") == t("unknown_command", "ru")
     compress = await say(tg, ANN, "/compress")
-    if hasattr(bot.runtime.service, "compress"):
-        assert compress not in (t("compress_soon", "ru"), t("internal_error", "ru"))
-    else:  # until the FRS work lands
-        assert compress == t("compress_soon", "ru")
+    assert compress not in (t("compress_failed", "ru"), t("internal_error", "ru"))
     cleared = await say(tg, ANN, "/memory clear")
     assert cleared.startswith(t("memory_cleared", "ru", facts=0, compacts=0).split("(")[0])
 

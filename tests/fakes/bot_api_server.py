@@ -6,6 +6,11 @@ Routes are `/bot<TOKEN>/<method>`; bodies may be JSON, url-encoded (what PTB 22 
 non-string value JSON-encoded) or multipart. Tests push updates with `push_*` helpers and
 inspect what the bot did via `sent`, `actions` and `calls`.
 
+Chat members: whoever wrote in a chat is a "member" of it; `set_member` (or
+`set_chat_admins`) gives anyone another status until `reset`; `getChatMember` answers as
+Telegram does, with a ChatMember object, or 400 "chat not found"/"user not found" for ids
+it never saw.
+
 Recording semantics: `calls` holds every method call (including failed ones); `sent` holds
 only successful sendMessage/editMessageText/send<Media> calls, i.e. what the user saw.
 """
@@ -44,6 +49,28 @@ ERROR_TEXT = {
     409: "Conflict",
     429: "Too Many Requests",
     500: "Internal Server Error",
+}
+# ChatMember.status values, and the fields Telegram sends with each beyond `status`/`user`.
+ADMIN_RIGHTS = (
+    "can_manage_chat", "can_delete_messages", "can_manage_video_chats", "can_restrict_members",
+    "can_change_info", "can_invite_users", "can_post_stories", "can_edit_stories",
+    "can_delete_stories", "can_pin_messages", "can_manage_topics",
+)  # fmt: skip
+MEMBER_PERMISSIONS = (
+    "can_send_messages", "can_send_audios", "can_send_documents", "can_send_photos",
+    "can_send_videos", "can_send_video_notes", "can_send_voice_notes", "can_send_polls",
+    "can_send_other_messages", "can_add_web_page_previews", "can_change_info",
+    "can_invite_users", "can_pin_messages", "can_manage_topics", "can_edit_tag",
+    "can_react_to_messages",
+)  # fmt: skip
+MEMBER_FIELDS: dict[str, dict[str, Any]] = {
+    "creator": {"is_anonymous": False},
+    "administrator": {"can_be_edited": False, "is_anonymous": False, "can_promote_members": False}
+    | dict.fromkeys(ADMIN_RIGHTS, True),
+    "member": {},
+    "restricted": {"is_member": True, "until_date": 0} | dict.fromkeys(MEMBER_PERMISSIONS, False),
+    "left": {},
+    "kicked": {"until_date": 0},
 }
 COMMAND_OR_MENTION = re.compile(r"(?<!\S)(/[A-Za-z0-9_]+(?:@[A-Za-z0-9_]+)?|@[A-Za-z0-9_]{5,32})")
 
@@ -115,6 +142,9 @@ class FakeBotAPI(BackgroundAiohttpServer):
         self._faults: dict[str, deque[dict[str, Any]]] = {}
         self._bot_texts: dict[tuple[Any, int], str] = {}
         self._chats: dict[Any, dict[str, Any]] = {}
+        self._users: dict[int, dict[str, Any]] = {bot_id: self.bot_user}
+        self._writers: set[tuple[Any, int]] = set()  # (chat, user): wrote there, a member
+        self._members: dict[Any, dict[int, str]] = {}  # statuses tests set
         self._last_message: dict[Any, int] = {}
         self._update_ids = itertools.count(1)
         self._message_ids = itertools.count(1)
@@ -220,6 +250,61 @@ class FakeBotAPI(BackgroundAiohttpServer):
             self.webhook_url = ""
             self.commands.clear()
             self.files.clear()
+            self._members.clear()
+
+    # ----- chat members ------------------------------------------------------------------
+
+    def set_member(
+        self, chat_id: int, user_id: int, status: str = "member", first_name: str = "Test"
+    ) -> None:
+        """Give a user a status in a chat ("creator", "administrator", "member", "left"...).
+
+        A chat or user never seen before becomes known: a supergroup, a user named
+        `first_name`.
+        """
+        if status not in MEMBER_FIELDS:
+            raise ValueError(f"unknown chat member status {status!r}")
+        with self._lock:
+            if chat_id not in self._chats:
+                if chat_id >= 0:
+                    raise ValueError("a private chat's members are its user and the bot")
+                self._chats[chat_id] = {"id": chat_id, "type": "supergroup", "title": "Test group"}
+            self._users.setdefault(
+                user_id, {"id": user_id, "is_bot": False, "first_name": first_name}
+            )
+            self._members.setdefault(chat_id, {})[user_id] = status
+
+    def set_chat_admins(self, chat_id: int, *admins: int, creator: int | None = None) -> None:
+        """Make `admins` the group's administrators (and `creator` its owner)."""
+        for user_id in admins:
+            self.set_member(chat_id, user_id, "administrator")
+        if creator is not None:
+            self.set_member(chat_id, creator, "creator")
+
+    def chat_member(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """Answer getChatMember as Telegram does: (HTTP status, Bot API body)."""
+        chat_id, user_id = _as_chat_id(params.get("chat_id")), params.get("user_id")
+        if chat_id in (None, ""):
+            return _error(400, "Bad Request: chat_id is empty")
+        if isinstance(user_id, str) and user_id.lstrip("-").isdigit():
+            user_id = int(user_id)
+        if isinstance(user_id, bool) or not isinstance(user_id, int) or user_id <= 0:
+            return _error(400, "Bad Request: invalid user_id specified")
+        with self._lock:
+            chat = self._chats.get(chat_id)
+            user = self._users.get(user_id)
+            status = self._members.get(chat_id, {}).get(user_id)
+            wrote = (chat_id, user_id) in self._writers
+        if chat is None:
+            return _error(400, "Bad Request: chat not found")
+        if user is None:
+            return _error(400, "Bad Request: user not found")
+        if status is None:
+            private_party = chat["type"] == "private" and user_id == chat["id"]
+            present = wrote or private_party or user_id == self.bot_user["id"]
+            status = "member" if present else "left"
+        member = {"status": status, "user": user} | MEMBER_FIELDS[status]
+        return 200, {"ok": True, "result": member}
 
     # ----- update builders ---------------------------------------------------------------
 
@@ -265,6 +350,8 @@ class FakeBotAPI(BackgroundAiohttpServer):
             chat = {"id": chat_id, "type": chat_type, "title": title}
         with self._lock:
             self._chats[chat["id"]] = chat
+            self._users[user_id] = user
+            self._writers.add((chat["id"], user_id))
             message_id = 0
             if new_id:
                 message_id = next(self._message_ids)
@@ -410,6 +497,10 @@ class FakeBotAPI(BackgroundAiohttpServer):
 
     async def _m_getme(self, params: dict[str, Any]) -> Any:
         return self.bot_user
+
+    async def _m_getchatmember(self, params: dict[str, Any]) -> Any:
+        status, body = self.chat_member(params)
+        return web.json_response(body, status=status)
 
     async def _m_getupdates(self, params: dict[str, Any]) -> Any:
         if self.webhook_url:
@@ -575,9 +666,17 @@ def _ok(result: Any) -> web.Response:
     return web.json_response({"ok": True, "result": result})
 
 
-def _fail(code: int, description: str, retry_after: int | None = None) -> web.Response:
-    """Return a failed Bot API answer with the matching HTTP status."""
+def _error(
+    code: int, description: str, retry_after: int | None = None
+) -> tuple[int, dict[str, Any]]:
+    """Return a failed Bot API answer as (HTTP status, body)."""
     body: dict[str, Any] = {"ok": False, "error_code": code, "description": description}
     if retry_after:
         body["parameters"] = {"retry_after": retry_after}
-    return web.json_response(body, status=code)
+    return code, body
+
+
+def _fail(code: int, description: str, retry_after: int | None = None) -> web.Response:
+    """Return a failed Bot API answer with the matching HTTP status."""
+    status, body = _error(code, description, retry_after)
+    return web.json_response(body, status=status)

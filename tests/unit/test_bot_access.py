@@ -27,7 +27,19 @@ def test_allowlist_and_admins() -> None:
 
 def test_admins_alone_make_a_closed_bot_open_only_to_them() -> None:
     policy = AccessPolicy.of([], [9])
-    assert policy.open  # ADMIN_USER_IDS alone do not close the bot
+    assert not policy.open  # ADMIN_USER_IDS alone close the bot to everyone else
+    assert policy.allows(9) and policy.allows(9, -100)
+    assert not policy.allows(1) and not policy.allows(1, -100)
+
+
+def test_owners_the_jobs_may_serve() -> None:
+    """A memory owner is a user (private chat) or a group (negative id)."""
+    assert AccessPolicy.of([], []).admits_owner(5) and AccessPolicy.of([], []).admits_owner(-5)
+    policy = AccessPolicy.of([1, -100500], [9])
+    assert policy.admits_owner(1) and policy.admits_owner(9) and policy.admits_owner(-100500)
+    assert not policy.admits_owner(2) and not policy.admits_owner(-100501)
+    admins_only = AccessPolicy.of([], [9])
+    assert admins_only.admits_owner(9) and not admins_only.admits_owner(-100500)
 
 
 def test_allowed_group_admits_its_members() -> None:

@@ -1,102 +1,26 @@
 """Handlers driven with real Updates through the real Application, with no network at all.
 
-The Bot's request class answers getMe, sendMessage and sendChatAction from memory and
-raises NetworkError for anything else; no runtime (and no database) is started, so a
-handler that reached AgentService would fail loudly — which the error handler turns into
-"something went wrong", and that is tested too.
+The Bot's request class (tests/fakes/offline_bot.py) answers getMe, sendMessage,
+sendChatAction and getChatMember from memory and raises NetworkError for anything else;
+the `bot` and `factory` fixtures are in tests/unit/conftest.py. No runtime (and no
+database) is started, so a handler that reached AgentService would fail loudly — which the
+error handler turns into "something went wrong", and that is tested too.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from telegram import Update
-from telegram.error import NetworkError
-from telegram.request import BaseRequest, RequestData
 
-from src.bot.app import build_application, file_base_url
+from src.bot.app import file_base_url
 from src.bot.cli import run_bot
 from src.services.texts import t
 from tests.conftest import make_settings
 from tests.fakes.bot_api_server import FakeBotAPI
-
-TOKEN = "123456:TEST-TOKEN"
-BOT_USER = {"id": 999, "is_bot": True, "first_name": "Bot", "username": "tgagent_test_bot"}
-
-
-class OfflineRequest(BaseRequest):
-    """Answer a few Bot API methods locally and record them; refuse everything else."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, dict[str, Any]]] = []
-
-    @property
-    def read_timeout(self) -> float | None:
-        return 1.0
-
-    async def initialize(self) -> None:
-        pass
-
-    async def shutdown(self) -> None:
-        pass
-
-    async def do_request(
-        self,
-        url: str,
-        method: str,
-        request_data: RequestData | None = None,
-        *args: Any,
-        **kwargs: Any,
-    ) -> tuple[int, bytes]:
-        name = url.rsplit("/", 1)[-1]
-        params = dict(request_data.parameters) if request_data else {}
-        self.calls.append((name, params))
-        result: Any
-        if name == "getMe":
-            result = BOT_USER
-        elif name == "sendMessage":
-            chat = {"id": params["chat_id"], "type": "private"}
-            result = {"message_id": len(self.calls), "date": int(time.time()), "chat": chat}
-            result |= {"text": params["text"], "from": BOT_USER}
-        elif name == "sendChatAction":
-            result = True
-        else:
-            raise NetworkError(f"offline: {name} would need the network")
-        return 200, json.dumps({"ok": True, "result": result}).encode()
-
-    def texts(self) -> list[str]:
-        return [p["text"] for name, p in self.calls if name == "sendMessage"]
-
-
-@pytest.fixture
-def factory() -> FakeBotAPI:
-    """Build update payloads with the fake server's helpers (never started)."""
-    return FakeBotAPI(TOKEN)
-
-
-@pytest.fixture
-async def bot(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
-    """Yield (application, offline request); indirect parametrization overrides settings."""
-    overrides = getattr(request, "param", {})
-    offline = OfflineRequest()
-    settings = make_settings(None, telegram_bot_token=TOKEN, **overrides)
-    app = build_application(settings, request=offline)
-    await app.initialize()
-    try:
-        yield app, offline
-    finally:
-        await app.shutdown()
-
-
-async def feed(app: Any, factory: FakeBotAPI) -> None:
-    """Process the update the factory built last."""
-    await app.process_update(Update.de_json(factory.updates[-1], app.bot))
+from tests.fakes.offline_bot import feed
 
 
 async def test_start_help_and_unknown_command(bot: Any, factory: FakeBotAPI) -> None:
@@ -171,7 +95,9 @@ async def test_refused_users_get_one_polite_sentence(bot: Any, factory: FakeBotA
     assert offline.texts() == [t("not_allowed", "en"), t("not_allowed", "ru"), t("help", "ru")]
 
 
-@pytest.mark.parametrize("bot", [{"user_rate_limit": 2, "admin_user_ids": [5]}], indirect=True)
+@pytest.mark.parametrize(
+    "bot", [{"user_rate_limit": 2, "allowed_user_ids": [1], "admin_user_ids": [5]}], indirect=True
+)
 async def test_rate_limit_explains_once(bot: Any, factory: FakeBotAPI) -> None:
     app, offline = bot
     for _ in range(5):
@@ -182,6 +108,45 @@ async def test_rate_limit_explains_once(bot: Any, factory: FakeBotAPI) -> None:
         factory.push_text(5, "/help")
         await feed(app, factory)
     assert offline.texts()[3:] == [t("help", "ru")] * 4
+
+
+@pytest.mark.parametrize("bot", [{"user_rate_limit": 1, "allowed_user_ids": [1]}], indirect=True)
+async def test_strangers_hear_not_allowed_never_rate_limited(bot: Any, factory: FakeBotAPI) -> None:
+    app, offline = bot
+    for _ in range(3):
+        factory.push_text(3, "/help")
+        await feed(app, factory)
+    factory.push_text(1, "/help")  # strangers spent none of an allowed user's window
+    await feed(app, factory)
+    assert offline.texts() == [t("not_allowed", "ru")] * 3 + [t("help", "ru")]
+
+
+@pytest.mark.parametrize("bot", [{"admin_user_ids": [2]}], indirect=True)
+async def test_admins_alone_close_the_bot(bot: Any, factory: FakeBotAPI) -> None:
+    app, offline = bot
+    factory.push_text(3, "/help")
+    await feed(app, factory)
+    factory.push_text(3, "/help@tgagent_test_bot", chat_type="group", chat_id=-9)
+    await feed(app, factory)
+    factory.push_text(2, "/help")
+    await feed(app, factory)
+    assert offline.texts() == [t("not_allowed", "ru")] * 2 + [t("help", "ru")]
+
+
+async def test_mute_in_a_group_says_groups_are_never_reminded(
+    bot: Any, factory: FakeBotAPI
+) -> None:
+    app, offline = bot
+    factory.push_text(1, "/mute", chat_type="group", chat_id=-7, language_code="en")
+    await feed(app, factory)  # no runtime: answered without touching the service
+    assert offline.texts() == [t("mute_group", "en")]
+
+
+def test_mute_answers_say_the_new_state_and_the_way_back() -> None:
+    for lang in ("ru", "en"):
+        off, on = t("muted", lang), t("unmuted", lang)
+        assert off != on and "/mute" in off and "/mute" in on
+        assert t("memory_reminders_off", lang).split()[0] in off  # "Напоминания"/"Reminders"
 
 
 async def test_errors_are_logged_and_the_user_told(

@@ -1,20 +1,17 @@
-"""Smaller parts of the bot: /memory rendering, /compress answers, chat order, jobs."""
+"""Smaller parts of the bot: /memory rendering, chat order, jobs."""
 
 from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
-from types import SimpleNamespace
-from typing import Any
 
 from src.bot.app import build_application
-from src.bot.commands import _compress_answer
-from src.bot.jobs import compaction_interval_minutes, compaction_job, schedule_jobs
+from src.bot.jobs import compaction_interval_minutes, schedule_jobs
 from src.bot.memory_view import render_memory
 from src.bot.state import ChatOrder, state_of
 from src.services.texts import t
 from tests.conftest import make_settings
-from tests.unit.test_bot_handlers import TOKEN, OfflineRequest
+from tests.fakes.offline_bot import TOKEN, OfflineRequest
 
 
 def test_memory_report_lists_every_layer() -> None:
@@ -51,16 +48,6 @@ def test_empty_memory_report() -> None:
     assert t("memory_reminders_off", "ru") in text
 
 
-def test_compress_answer_accepts_what_the_service_returns() -> None:
-    assert _compress_answer("Saved 10 messages.", "en") == "Saved 10 messages."
-    assert _compress_answer(SimpleNamespace(reply="Saved 3."), "en") == "Saved 3."
-    assert _compress_answer({"reply": "Saved 4."}, "en") == "Saved 4."
-    assert _compress_answer(None, "en") == t("compress_done", "en")
-    rendered = SimpleNamespace(reply="", text=lambda lang: f"report in {lang}")
-    assert _compress_answer(rendered, "ru") == "report in ru"
-    assert _compress_answer(SimpleNamespace(saved=3), "ru") == t("compress_done", "ru")
-
-
 async def test_chat_order_serializes_one_chat_and_forgets_idle_chats() -> None:
     order, log = ChatOrder(), []
 
@@ -82,24 +69,13 @@ def test_compaction_interval() -> None:
     assert compaction_interval_minutes(2) == 1
 
 
-async def test_jobs_are_scheduled_and_compaction_runs_when_available() -> None:
+def test_jobs_are_scheduled_from_the_settings_alone() -> None:
     app = build_application(make_settings(None, telegram_bot_token=TOKEN), request=OfflineRequest())
     state = state_of(app)
-    calls: list[str] = []
-
-    async def compact_idle_sessions() -> int:
-        calls.append("compact")
-        return 0
-
-    service: Any = SimpleNamespace(compact_idle_sessions=compact_idle_sessions)
-    state.runtime = SimpleNamespace(service=service)  # type: ignore[assignment]
+    assert state.runtime is None  # nothing probes the service to decide what to schedule
     assert schedule_jobs(app, state) == [
         "reminders",
         "compaction",
         "embeddings",
         "prune-checkpoints",
     ]
-    await compaction_job(SimpleNamespace(bot_data=app.bot_data))  # type: ignore[arg-type]
-    assert calls == ["compact"]
-    state.runtime = SimpleNamespace(service=SimpleNamespace())  # type: ignore[assignment]
-    assert schedule_jobs(app, state) == ["reminders", "embeddings", "prune-checkpoints"]

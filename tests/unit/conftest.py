@@ -1,0 +1,33 @@
+"""Fixtures of the bot's unit tests: the real Application with no network."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from src.bot.app import build_application
+from tests.conftest import make_settings
+from tests.fakes.bot_api_server import FakeBotAPI
+from tests.fakes.offline_bot import TOKEN, OfflineRequest
+
+
+@pytest.fixture
+def factory() -> FakeBotAPI:
+    """Build update payloads with the fake server's helpers (never started)."""
+    return FakeBotAPI(TOKEN)
+
+
+@pytest.fixture
+async def bot(request: pytest.FixtureRequest, factory: FakeBotAPI) -> AsyncIterator[Any]:
+    """Yield (application, offline request); indirect parametrization overrides settings."""
+    overrides = getattr(request, "param", {})
+    offline = OfflineRequest(factory)
+    settings = make_settings(None, telegram_bot_token=TOKEN, **overrides)
+    app = build_application(settings, request=offline)
+    await app.initialize()
+    try:
+        yield app, offline
+    finally:
+        await app.shutdown()
