@@ -19,6 +19,7 @@ from src.graph.memory.facts import extract_pending
 from src.graph.memory.summarizer import summarize_overflow
 from src.graph.tokens import count_tools
 from src.lang import lang_of
+from src.storage.base import clean_json
 
 logger = logging.getLogger(__name__)
 
@@ -151,6 +152,11 @@ class Nodes:
             answer = AIMessage(text, id=answer.id, usage_metadata=answer.usage_metadata)
         if not answer.tool_calls and not reply_text(answer):
             raise ModelFailure("model returned an empty answer")
+        if answer.tool_calls:
+            # Arguments come back JSON-decoded: escapes may have made NUL or lone
+            # surrogates, which no request body (UTF-8) and no jsonb column can carry.
+            calls = [{**c, "args": clean_json(c["args"])} for c in answer.tool_calls]
+            answer = answer.model_copy(update={"tool_calls": calls})
         usage = dict(state.get("usage") or {"input": 0, "output": 0})
         if answer.usage_metadata:
             usage["input"] = usage.get("input", 0) + answer.usage_metadata.get("input_tokens", 0)
