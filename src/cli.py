@@ -9,10 +9,18 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+import psycopg
+from psycopg_pool import PoolTimeout
+
 from src.config import ConfigError, Settings, load_settings
 from src.logging_setup import configure_logging
 from src.storage.migrations import applied_versions, migrate
-from src.storage.pg_client import DatabaseUnavailable, open_pool_from_settings
+from src.storage.pg_client import (
+    DatabaseUnavailable,
+    describe_dsn,
+    open_pool_from_settings,
+    reason_of,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -122,6 +130,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(command(args, settings))
     except (DatabaseUnavailable, ConfigError) as exc:
         print(f"tgagent: {exc}", file=sys.stderr)  # noqa: T201
+        return 2
+    except (psycopg.OperationalError, PoolTimeout) as exc:
+        # The server went away after the first connection: still one line, no traceback.
+        dsn = settings.server_dsn()
+        where = describe_dsn(dsn) if dsn else f"the embedded server in {settings.tgagent_data_dir}"
+        print(  # noqa: T201
+            f"tgagent: lost the connection to PostgreSQL at {where}: {reason_of(exc, dsn or '')}",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         return 130
