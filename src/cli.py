@@ -14,7 +14,12 @@ from psycopg_pool import PoolTimeout
 
 from src.config import ConfigError, Settings, load_settings
 from src.logging_setup import configure_logging
-from src.storage.migrations import applied_versions, migrate
+from src.storage.migrations import (
+    MigrationsMissing,
+    applied_versions,
+    migrate,
+    require_migrations,
+)
 from src.storage.pg_client import (
     DatabaseUnavailable,
     describe_dsn,
@@ -28,6 +33,7 @@ Command = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
 
 
 async def _db_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    require_migrations()  # before starting or touching any database
     pool = await open_pool_from_settings(settings)
     try:
         applied = await migrate(pool)
@@ -128,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command: Command = args.handler
     try:
         return asyncio.run(command(args, settings))
-    except (DatabaseUnavailable, ConfigError) as exc:
+    except (DatabaseUnavailable, ConfigError, MigrationsMissing) as exc:
         print(f"tgagent: {exc}", file=sys.stderr)  # noqa: T201
         return 2
     except (psycopg.OperationalError, PoolTimeout) as exc:
