@@ -102,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     db = sub.add_parser("db", help="database maintenance")
+    # Their output is the report (one line per migration): logs only for warnings.
+    db.set_defaults(quiet_logs=True)
     db_sub = db.add_subparsers(dest="db_command", required=True)
     db_sub.add_parser("migrate", help="apply pending migrations").set_defaults(handler=_db_migrate)
     db_sub.add_parser("status", help="show applied and pending migrations").set_defaults(
@@ -129,8 +131,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"tgagent: {exc}", file=sys.stderr)  # noqa: T201
         return 2
-    default_level = "WARNING" if getattr(args, "quiet_logs", False) else settings.log_level
-    configure_logging(args.log_level or default_level, settings)
+    level = args.log_level or settings.log_level
+    # Commands that talk on the terminal (chat, db) show warnings only, unless asked for
+    # more with --log-level or LOG_LEVEL=DEBUG.
+    if getattr(args, "quiet_logs", False) and not args.log_level and level.upper() != "DEBUG":
+        level = "WARNING"
+    configure_logging(level, settings)
     command: Command = args.handler
     try:
         return asyncio.run(command(args, settings))

@@ -77,3 +77,6 @@ def configure_logging(level: str, settings: Settings) -> None:
     # httpx logs every request URL at INFO, and Bot API URLs contain the token.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("httpcore").setLevel(logging.WARNING)
+    # The embedded server logs initdb's whole output at INFO: only for debugging.
+    debugging = logging.getLogger().level <= logging.DEBUG
+    logging.getLogger("pgserver").setLevel(logging.DEBUG if debugging else logging.WARNING)

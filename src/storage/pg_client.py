@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,9 @@ def reason_of(exc: BaseException, dsn: str = "") -> str:
 
 def start_embedded(data_dir: Path) -> str:
     """Start (or reuse) the embedded server in `data_dir` and return its DSN."""
+    # pgserver asks platformdirs for a runtime directory at import time, which warns on
+    # every machine without XDG_RUNTIME_DIR (containers, cron, ssh): noise, not a problem.
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")
     import pgserver  # imported lazily: only needed without a configured server
 
     pgdata = data_dir / "pg"

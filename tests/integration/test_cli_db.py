@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
@@ -152,3 +156,33 @@ def test_env_file_in_working_directory_is_used(tmp_path: Path) -> None:
     result = run_cli(tmp_path, "db", "status")
     assert result.returncode == 2
     assert "MAX_CONTEXT" in result.stderr
+
+
+def _stop_embedded(pgdata: Path) -> None:
+    """Stop the embedded server a CLI run left running (it outlives the command)."""
+    pid_file = pgdata / "postmaster.pid"
+    if not pid_file.exists():
+        return
+    pid = int(pid_file.read_text().splitlines()[0])
+    os.kill(pid, signal.SIGTERM)
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+
+
+def test_first_migrate_on_the_embedded_server_prints_one_line_per_migration(
+    tmp_path: Path,
+) -> None:
+    # Short: the embedded server's unix socket lives in its data directory.
+    data_dir = Path(tempfile.mkdtemp(prefix="tgc-", dir="/tmp"))
+    try:
+        result = run_cli(tmp_path, "db", "migrate", TGAGENT_DATA_DIR=str(data_dir))
+        assert result.returncode == 0, result.stderr
+        assert result.stderr == ""
+        assert result.stdout.splitlines() == [f"applied {m.name}" for m in discover()]
+    finally:
+        _stop_embedded(data_dir / "pg")
+        shutil.rmtree(data_dir, ignore_errors=True)
