@@ -9,10 +9,23 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+import psycopg
+from psycopg_pool import PoolTimeout
+
 from src.config import ConfigError, Settings, load_settings
 from src.logging_setup import configure_logging
-from src.storage.migrations import applied_versions, migrate
-from src.storage.pg_client import DatabaseUnavailable, open_pool_from_settings
+from src.storage.migrations import (
+    MigrationsMissing,
+    applied_versions,
+    migrate,
+    require_migrations,
+)
+from src.storage.pg_client import (
+    DatabaseUnavailable,
+    describe_dsn,
+    open_pool_from_settings,
+    reason_of,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -20,6 +33,7 @@ Command = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
 
 
 async def _db_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    require_migrations()  # before starting or touching any database
     pool = await open_pool_from_settings(settings)
     try:
         applied = await migrate(pool)
@@ -88,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     db = sub.add_parser("db", help="database maintenance")
+    # Their output is the report (one line per migration): logs only for warnings.
+    db.set_defaults(quiet_logs=True)
     db_sub = db.add_subparsers(dest="db_command", required=True)
     db_sub.add_parser("migrate", help="apply pending migrations").set_defaults(handler=_db_migrate)
     db_sub.add_parser("status", help="show applied and pending migrations").set_defaults(
@@ -115,13 +131,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"tgagent: {exc}", file=sys.stderr)  # noqa: T201
         return 2
-    default_level = "WARNING" if getattr(args, "quiet_logs", False) else settings.log_level
-    configure_logging(args.log_level or default_level, settings)
+    level = args.log_level or settings.log_level
+    # Commands that talk on the terminal (chat, db) show warnings only, unless asked for
+    # more with --log-level or LOG_LEVEL=DEBUG.
+    if getattr(args, "quiet_logs", False) and not args.log_level and level.upper() != "DEBUG":
+        level = "WARNING"
+    configure_logging(level, settings)
     command: Command = args.handler
     try:
         return asyncio.run(command(args, settings))
-    except (DatabaseUnavailable, ConfigError) as exc:
+    except (DatabaseUnavailable, ConfigError, MigrationsMissing) as exc:
         print(f"tgagent: {exc}", file=sys.stderr)  # noqa: T201
+        return 2
+    except (psycopg.OperationalError, PoolTimeout) as exc:
+        # The server went away after the first connection: still one line, no traceback.
+        dsn = settings.server_dsn()
+        where = describe_dsn(dsn) if dsn else f"the embedded server in {settings.tgagent_data_dir}"
+        print(  # noqa: T201
+            f"tgagent: lost the connection to PostgreSQL at {where}: {reason_of(exc, dsn or '')}",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         return 130

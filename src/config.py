@@ -185,11 +185,15 @@ class Settings(BaseSettings):
         if not self.pg_host:
             return None
         password = self.pg_password.get_secret_value() if self.pg_password else None
-        parts = [f"host={self.pg_host}", f"port={self.pg_port}", f"dbname={self.pg_db}"]
-        parts.append(f"user={self.pg_user}")
-        if password:
-            parts.append(f"password={password}")
-        return " ".join(parts)
+        # make_conninfo quotes and escapes: spaces, quotes, `=` and backslashes survive.
+        return psycopg.conninfo.make_conninfo(
+            "",
+            host=self.pg_host,
+            port=self.pg_port,
+            dbname=self.pg_db,
+            user=self.pg_user,
+            password=password or None,
+        )
 
     def context_limit(self, model: str) -> int:
         """Return the context window of `model`, or the safe default."""

@@ -9,6 +9,7 @@ from src.config import Settings
 
 # Bot API URLs carry the token in the path; mask any that slip into a message.
 _TOKEN_IN_URL = re.compile(r"/bot\d+:[A-Za-z0-9_-]+")
+_FORMATTER = logging.Formatter()
 
 
 class RedactSecrets(logging.Filter):
@@ -16,7 +17,8 @@ class RedactSecrets(logging.Filter):
 
     def __init__(self, secrets: list[str]) -> None:
         super().__init__()
-        self.secrets = [s for s in secrets if s and len(s) >= 6]
+        # Longest first: a secret that contains another is masked whole.
+        self.secrets = sorted({s for s in secrets if s and len(s) >= 6}, key=len, reverse=True)
 
     def _clean(self, text: str) -> str:
         for secret in self.secrets:
@@ -28,6 +30,14 @@ class RedactSecrets(logging.Filter):
         cleaned = self._clean(message)
         if cleaned != message:
             record.msg, record.args = cleaned, None
+        # A traceback repeats the exception's text (a DSN, a URL): format it here, once,
+        # and leave the formatter the cleaned copy (it reuses `exc_text` when set).
+        if record.exc_info and not record.exc_text:
+            record.exc_text = _FORMATTER.formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = self._clean(record.exc_text)
+        if record.stack_info:
+            record.stack_info = self._clean(record.stack_info)
         return True
 
 
@@ -41,6 +51,10 @@ def secrets_of(settings: Settings) -> list[str]:
         settings.database_url,
     ]
     out = [v.get_secret_value() for v in values if v is not None]
+    if settings.pg_password is not None:
+        # The password as make_conninfo escapes it inside a key=value DSN.
+        raw = settings.pg_password.get_secret_value()
+        out.append(raw.replace("\\", "\\\\").replace("'", "\\'"))
     if settings.pg_password is None and settings.database_url is not None:
         from urllib.parse import urlsplit
 
@@ -63,3 +77,6 @@ def configure_logging(level: str, settings: Settings) -> None:
     # httpx logs every request URL at INFO, and Bot API URLs contain the token.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("httpcore").setLevel(logging.WARNING)
+    # The embedded server logs initdb's whole output at INFO: only for debugging.
+    debugging = logging.getLogger().level <= logging.DEBUG
+    logging.getLogger("pgserver").setLevel(logging.DEBUG if debugging else logging.WARNING)

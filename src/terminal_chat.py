@@ -9,6 +9,8 @@ import sys
 from typing import Any, TextIO
 
 from src.config import Settings
+from src.lang import terminal_lang
+from src.services import local_model
 from src.services.agent_service import AgentService, Identity
 from src.services.factory import build_runtime
 from src.services.llm_service import model_configured
@@ -22,7 +24,11 @@ def register(sub: Any, db_sub: Any) -> None:
     del db_sub
     parser = sub.add_parser("chat", help="chat with the agent in the terminal")
     parser.add_argument("--user-id", type=int, default=1, help="whose memory to use (default 1)")
-    parser.add_argument("--lang", default="ru", help="language of the bot's own texts (ru|en)")
+    parser.add_argument(
+        "--lang",
+        default=None,
+        help="language of the bot's own texts (ru|en; default: the terminal's, from LANG)",
+    )
     # Replies go to stdout; only warnings go to stderr unless --log-level says otherwise.
     parser.set_defaults(handler=run_chat, quiet_logs=True)
 
@@ -91,14 +97,34 @@ async def chat_loop(
         stdout.flush()
 
 
+async def find_model(settings: Settings, lang: str) -> Settings | None:
+    """Return settings with a model endpoint: the configured one, else a local server.
+
+    Without either, print the ways to configure one (in `lang`) and return None.
+    """
+    if model_configured(settings):
+        return settings
+    found = await asyncio.to_thread(local_model.discover, settings.llm_model)
+    if found is None:
+        where = ", ".join(url for _, url in local_model.candidates()) or "-"
+        print(t("chat_no_model", lang, where=where), file=sys.stderr)  # noqa: T201
+        return None
+    print(  # noqa: T201
+        t("chat_local_model", lang, model=found.model, name=found.name, url=found.base_url),
+        file=sys.stderr,
+    )
+    return settings.model_copy(update={"openai_base_url": found.base_url, "llm_model": found.model})
+
+
 async def run_chat(args: argparse.Namespace, settings: Settings) -> int:
     """Run the terminal chat until EOF."""
-    if not model_configured(settings):
-        print(t("chat_no_model", args.lang), file=sys.stderr)  # noqa: T201
+    lang = args.lang or terminal_lang()
+    configured = await find_model(settings, lang)
+    if configured is None:
         return 2
-    runtime = await build_runtime(settings)
+    runtime = await build_runtime(configured)
     try:
-        identity = Identity(args.user_id, getpass.getuser(), None, args.lang)
+        identity = Identity(args.user_id, getpass.getuser(), None, lang)
         await chat_loop(runtime.service, identity, sys.stdin, sys.stdout)
     finally:
         await runtime.close()

@@ -45,8 +45,13 @@ class ConversationState(TypedDict, total=False):
     """How many times the model asked for tools this turn."""
     tools_used: list[str]
     """Names of the tools run this turn, in first-use order."""
+    tool_records: list[dict[str, Any]]
+    """This turn's tool calls, results and `Tools used` note (role, content, meta), stored
+    by save_response in the reply's transaction."""
     reply: str
     """The assistant's final answer to the user."""
+    reply_stored: bool
+    """Whether save_response stored the reply (False: a database error, sent unstored)."""
     stored_count: int
     """Messages this turn stored (the user message included), for seed 000's counter."""
     context_tokens: int
@@ -74,6 +79,7 @@ def turn_input(
         "input_message_id": stored["id"],
         "input_number": stored["number"],
         "tools_used": [],
+        "tool_records": [],
         "reply": "",
         "stored_count": 1,
         "usage": {"input": 0, "output": 0},

@@ -6,9 +6,11 @@ import logging
 import uuid
 from typing import Any, Literal
 
+import psycopg
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
+from psycopg_pool import PoolTimeout
 
 from src.graph import prompts
 from src.graph.context.assemble import build_context as assemble_context
@@ -19,6 +21,7 @@ from src.graph.memory.facts import extract_pending
 from src.graph.memory.summarizer import summarize_overflow
 from src.graph.tokens import count_tools
 from src.lang import lang_of
+from src.storage.base import clean_json
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +48,10 @@ def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
     if out.get("conversation_id") is not None:
         out["conversation_id"] = str(out["conversation_id"])
     return out
+
+
+def _record(role: str, content: str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"role": role, "content": content, "meta": meta}
 
 
 def _turn_messages(state: ConversationState) -> list[BaseMessage]:
@@ -151,6 +158,11 @@ class Nodes:
             answer = AIMessage(text, id=answer.id, usage_metadata=answer.usage_metadata)
         if not answer.tool_calls and not reply_text(answer):
             raise ModelFailure("model returned an empty answer")
+        if answer.tool_calls:
+            # Arguments come back JSON-decoded: escapes may have made NUL or lone
+            # surrogates, which no request body (UTF-8) and no jsonb column can carry.
+            calls = [{**c, "args": clean_json(c["args"])} for c in answer.tool_calls]
+            answer = answer.model_copy(update={"tool_calls": calls})
         usage = dict(state.get("usage") or {"input": 0, "output": 0})
         if answer.usage_metadata:
             usage["input"] = usage.get("input", 0) + answer.usage_metadata.get("input_tokens", 0)
@@ -172,55 +184,77 @@ class Nodes:
         return "log_tools" if state.get("tool_rounds", 0) else "save_response"
 
     async def log_tools(self, state: ConversationState) -> dict[str, Any]:
-        """Persist this turn's tool calls and results, then a `Tools used: ...` note."""
+        """Record this turn's tool calls and results, then a `Tools used: ...` note.
+
+        Nothing is written here: save_response stores these records with the reply in
+        one transaction, so a failed turn leaves no tool records without their answer.
+        """
         turn = _turn_messages(state)[:-1]  # the final answer is saved by save_response
         if not turn:
-            return {"tools_used": [], "stored_count": 1}
+            return {"tools_used": [], "tool_records": []}
         used: list[str] = []
-        conversation_id = uuid.UUID(state["conversation_id"])
-        async with self.deps.conversations.pool.connection() as conn, conn.transaction():
-            for message in turn:
-                if isinstance(message, AIMessage):
-                    calls = [
-                        {"id": c["id"], "name": c["name"], "args": c["args"]}
-                        for c in message.tool_calls
-                    ]
-                    # The note is a system message: it names only tools we offer, never a
-                    # name the model made up.
-                    names = (
-                        c["name"] if c["name"] in self.tool_names else "unknown tool"
-                        for c in message.tool_calls
-                    )
-                    used.extend(n for n in names if n not in used)
-                    await self.deps.conversations.append_message(
-                        conversation_id, "assistant", message.text, {"tool_calls": calls}, conn=conn
-                    )
-                elif isinstance(message, ToolMessage):
-                    meta = {
-                        "tool_call_id": message.tool_call_id,
-                        "name": message.name,
-                        "status": message.status,
-                    }
-                    await self.deps.conversations.append_message(
-                        conversation_id, "tool", message.text, meta, conn=conn
-                    )
-            await self.deps.conversations.append_message(
-                conversation_id, "system", "Tools used: " + ", ".join(used), conn=conn
-            )
-        return {"tools_used": used, "stored_count": 1 + len(turn) + 1}
+        records: list[dict[str, Any]] = []
+        for message in turn:
+            if isinstance(message, AIMessage):
+                calls = [
+                    {"id": c["id"], "name": c["name"], "args": c["args"]}
+                    for c in message.tool_calls
+                ]
+                # The note is a system message: it names only tools we offer, never a
+                # name the model made up.
+                names = (
+                    c["name"] if c["name"] in self.tool_names else "unknown tool"
+                    for c in message.tool_calls
+                )
+                used.extend(n for n in names if n not in used)
+                records.append(_record("assistant", message.text, {"tool_calls": calls}))
+            elif isinstance(message, ToolMessage):
+                meta = {
+                    "tool_call_id": message.tool_call_id,
+                    "name": message.name,
+                    "status": message.status,
+                }
+                records.append(_record("tool", message.text, meta))
+        records.append(_record("system", "Tools used: " + ", ".join(used)))
+        return {"tools_used": used, "tool_records": records}
 
     async def save_response(self, state: ConversationState) -> dict[str, Any]:
-        """Persist the reply and advance seed 000's active message counter."""
+        """Persist the turn's tool records and reply, and advance seed 000's counter.
+
+        All in one transaction. If it fails, the reply is still returned to be sent: the
+        user's message is stored, and the answer they waited for is not lost with it.
+        """
         reply = reply_text(state["messages"][-1])
-        stored = state.get("stored_count", 1) + 1
-        pool = self.deps.conversations.pool
-        # Pipelined: BEGIN, the insert, the update and COMMIT in two round trips, not four.
-        async with pool.connection() as conn, conn.pipeline(), conn.transaction():
-            await self.deps.conversations.append_message(
-                uuid.UUID(state["conversation_id"]), "assistant", reply, conn=conn
+        records = state.get("tool_records") or []
+        stored = 1 + len(records) + 1
+        conversation_id = uuid.UUID(state["conversation_id"])
+        conversations = self.deps.conversations
+        try:
+            # Pipelined: BEGIN, the inserts, the update and COMMIT in two round trips.
+            async with conversations.pool.connection() as conn, conn.pipeline():
+                async with conn.transaction():
+                    for record in records:
+                        await conversations.append_message(
+                            conversation_id,
+                            record["role"],
+                            record["content"],
+                            record["meta"],
+                            conn=conn,
+                        )
+                    await conversations.append_message(
+                        conversation_id, "assistant", reply, conn=conn
+                    )
+                    await self.deps.users.advance_active_messages_count(
+                        state["user_id"], stored, conn=conn
+                    )
+        except (psycopg.Error, PoolTimeout):
+            logger.error(
+                "storing the reply of %s failed; sending it unstored",
+                state["conversation_id"],
+                exc_info=True,
             )
-            await self.deps.users.advance_active_messages_count(state["user_id"], stored, conn=conn)
-        return {"reply": reply, "stored_count": stored}
+            return {"reply": reply, "stored_count": 1, "reply_stored": False}
+        return {"reply": reply, "stored_count": stored, "reply_stored": True}
 
     async def extract_facts(self, state: ConversationState) -> dict[str, Any]:
         """Extract facts from the messages not extracted yet; a failure loses nothing."""

@@ -66,8 +66,22 @@ TEXTS: dict[str, dict[str, str]] = {
         "fact_type_hypothesis": "предположение",
         "fact_type_constraint": "ограничение",
         "memory_cleared": "Забыл факты о вас и прошлые беседы ({facts} фактов, {compacts} бесед).",
-        "chat_no_model": "Модель не настроена: задайте OPENAI_API_KEY и при необходимости "
-        "OPENAI_BASE_URL (OpenRouter, Ollama, vLLM, llama.cpp).",
+        "chat_no_model": (
+            "Модель не настроена, и локальный сервер моделей не ответил ({where}).\n"
+            "Три способа подключить модель:\n"
+            "  1. OpenAI или другой OpenAI-совместимый API: задайте OPENAI_API_KEY=... "
+            "(для OpenRouter, vLLM и других ещё OPENAI_BASE_URL) и при желании LLM_MODEL.\n"
+            "  2. Ollama на этом компьютере: установите её (https://ollama.com) и выполните "
+            "`ollama pull qwen2.5:7b`; tgagent chat найдёт её сам.\n"
+            "  3. Сервер llama.cpp на этом компьютере: `llama-server -m модель.gguf --port "
+            "8080`; tgagent chat найдёт его сам.\n"
+            "Переменные задаются в окружении или в файле .env в текущем каталоге "
+            "(см. .env.example)."
+        ),
+        "chat_local_model": (
+            "OPENAI_API_KEY и OPENAI_BASE_URL не заданы: использую модель {model} на {name} "
+            "({url}). Другую модель выбирают через OPENAI_BASE_URL и LLM_MODEL."
+        ),
         "compress_report": "Готово: сжал старую часть разговора. В контексте стало меньше "
         "сообщений на {messages} и токенов примерно на {tokens} (было ~{before}, "
         "стало ~{after}).",
@@ -140,8 +154,22 @@ TEXTS: dict[str, dict[str, str]] = {
         "fact_type_constraint": "constraint",
         "memory_cleared": "Forgot facts about you and past chats "
         "({facts} facts, {compacts} chats).",
-        "chat_no_model": "No model configured: set OPENAI_API_KEY and, if needed, "
-        "OPENAI_BASE_URL (OpenRouter, Ollama, vLLM, llama.cpp).",
+        "chat_no_model": (
+            "No model is configured, and no local model server answered ({where}).\n"
+            "Three ways to get one:\n"
+            "  1. OpenAI or another OpenAI-compatible API: set OPENAI_API_KEY=... (plus "
+            "OPENAI_BASE_URL for OpenRouter, vLLM and others) and optionally LLM_MODEL.\n"
+            "  2. Ollama on this machine: install it (https://ollama.com) and run "
+            "`ollama pull qwen2.5:7b`; tgagent chat finds it by itself.\n"
+            "  3. A llama.cpp server on this machine: `llama-server -m model.gguf --port 8080`; "
+            "tgagent chat finds it by itself.\n"
+            "Set the variables in the environment or in a .env file in this directory "
+            "(see .env.example)."
+        ),
+        "chat_local_model": (
+            "No OPENAI_API_KEY or OPENAI_BASE_URL set: using model {model} on {name} ({url}). "
+            "Set OPENAI_BASE_URL and LLM_MODEL to choose another."
+        ),
         "compress_report": "Done: compressed the older part of our conversation. The context "
         "is {messages} messages and about {tokens} tokens shorter (~{before} -> ~{after}).",
         "compress_nothing": "Nothing to compress yet: the conversation is still short.",

@@ -23,6 +23,21 @@ def clean_text(text: str) -> str:
     return text
 
 
+def clean_json(value: Any) -> Any:
+    """Return `value` with every string in it (keys included) made storable by `clean_text`.
+
+    JSON escapes hide NUL and lone surrogates from a scan of the serialized text
+    (`"\\u0000"`), and PostgreSQL's jsonb rejects both, so each string is cleaned itself.
+    """
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        return {clean_text(str(k)): clean_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [clean_json(v) for v in value]
+    return value
+
+
 class Repository:
     """Base for repositories: SQL over the shared pool or a caller's transaction."""
 

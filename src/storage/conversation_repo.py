@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from datetime import datetime
 from typing import Any
@@ -10,7 +9,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from src.storage.base import Conn, Repository, clean_text
+from src.storage.base import Conn, Repository, clean_json, clean_text
 
 ROLES = frozenset({"user", "assistant", "tool", "system"})
 
@@ -162,7 +161,7 @@ class ConversationRepository(Repository):
             conversation_id,
             role,
             clean_text(content),
-            Jsonb(json.loads(clean_text(json.dumps(meta)))) if meta else None,
+            Jsonb(clean_json(meta)) if meta else None,
             # Only what the user and the assistant say carries facts about the user.
             role not in ("user", "assistant"),
         )

@@ -1,4 +1,8 @@
-"""Apply the numbered SQL files in `sql/` in order, once each, under an advisory lock."""
+"""Apply the numbered SQL files in order, once each, under an advisory lock.
+
+The files live in `src/storage/sql/` and ship inside the package (package data), so an
+installed wheel migrates as a source checkout does.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from psycopg_pool import AsyncConnectionPool
 
 logger = logging.getLogger(__name__)
 
-SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
+SQL_DIR = Path(__file__).resolve().parent / "sql"
 _NAME = re.compile(r"^(\d{4})_[\w-]+\.sql$")
 # Arbitrary constant shared by every process that migrates this database.
 MIGRATION_LOCK_KEY = 7_140_001
@@ -29,6 +33,10 @@ INSERT_VERSION = "INSERT INTO schema_versions (version, name) VALUES (%s, %s)"
 LOCK = "SELECT pg_advisory_xact_lock(%s)"
 
 
+class MigrationsMissing(RuntimeError):
+    """No migration file was found: the package is installed without its SQL files."""
+
+
 @dataclass(frozen=True)
 class Migration:
     """One numbered SQL file."""
@@ -38,8 +46,9 @@ class Migration:
     path: Path
 
 
-def discover(sql_dir: Path = SQL_DIR) -> list[Migration]:
-    """Return the migrations in `sql_dir`, ordered, refusing duplicate numbers."""
+def discover(sql_dir: Path | None = None) -> list[Migration]:
+    """Return the migrations in `sql_dir` (default SQL_DIR), ordered, refusing duplicates."""
+    sql_dir = sql_dir or SQL_DIR
     found: dict[int, Migration] = {}
     for path in sorted(sql_dir.glob("*.sql")):
         match = _NAME.match(path.name)
@@ -60,9 +69,20 @@ async def applied_versions(pool: AsyncConnectionPool[Any]) -> list[dict[str, Any
         return list(await cur.fetchall())
 
 
-async def migrate(pool: AsyncConnectionPool[Any], sql_dir: Path = SQL_DIR) -> list[str]:
-    """Apply every pending migration; return the names applied (empty: nothing to do)."""
+def require_migrations(sql_dir: Path | None = None) -> list[Migration]:
+    """Return the migrations, refusing an empty set: it would leave a database unusable."""
     migrations = discover(sql_dir)
+    if not migrations:
+        where = sql_dir or SQL_DIR
+        raise MigrationsMissing(
+            f"no migrations found in {where}: reinstall tgagent (its SQL files are missing)"
+        )
+    return migrations
+
+
+async def migrate(pool: AsyncConnectionPool[Any], sql_dir: Path | None = None) -> list[str]:
+    """Apply every pending migration; return the names applied (empty: nothing to do)."""
+    migrations = require_migrations(sql_dir)
     applied: list[str] = []
     async with pool.connection() as conn:
         async with conn.transaction():

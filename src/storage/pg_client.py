@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +35,24 @@ def describe_dsn(dsn: str) -> str:
     return f"{host}:{info.get('port') or 5432}/{info.get('dbname') or ''}"
 
 
+def reason_of(exc: BaseException, dsn: str = "") -> str:
+    """Return the first line of an error, without the DSN's password."""
+    text = str(exc).strip()
+    reason = text.splitlines()[0] if text else type(exc).__name__
+    try:
+        password = psycopg.conninfo.conninfo_to_dict(dsn).get("password") if dsn else None
+    except psycopg.ProgrammingError:
+        password = None
+    if password:
+        reason = reason.replace(str(password), "***")
+    return reason
+
+
 def start_embedded(data_dir: Path) -> str:
     """Start (or reuse) the embedded server in `data_dir` and return its DSN."""
+    # pgserver asks platformdirs for a runtime directory at import time, which warns on
+    # every machine without XDG_RUNTIME_DIR (containers, cron, ssh): noise, not a problem.
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")
     import pgserver  # imported lazily: only needed without a configured server
 
     pgdata = data_dir / "pg"
@@ -100,9 +117,10 @@ async def open_pool(
             connect_timeout,
         )
         await conn.close()
-    except (OSError, psycopg.OperationalError, TimeoutError) as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {where}: {reason}") from None
+    except (OSError, psycopg.Error, TimeoutError) as exc:
+        raise DatabaseUnavailable(
+            f"cannot connect to PostgreSQL at {where}: {reason_of(exc, dsn)}"
+        ) from None
     pool = make_pool(dsn, min_size, max_size)
     await pool.open()
     try:

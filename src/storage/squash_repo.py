@@ -9,7 +9,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from src.storage.base import Conn, Repository, clean_text
+from src.storage.base import Conn, Repository, clean_json, clean_text
 
 # Row locks on the run itself: a concurrent squash of an overlapping run waits, then finds
 # rows already squashed and fails cleanly. Appends are not blocked (the conversation row,
@@ -127,7 +127,7 @@ class SquashRepository(Repository):
                         first["number"],
                         text,
                         first["created_at"],
-                        Jsonb(meta),
+                        Jsonb(clean_json(meta)),
                         all(r["summarized"] for r in rows),
                         all(r["facts_extracted"] for r in rows),
                     ),

@@ -58,7 +58,7 @@ class UsersRepository(Repository):
             telegram_user_id,
             clean_text(username) if username else None,
             clean_text(first_name) if first_name else None,
-            language_code,
+            clean_text(language_code) if language_code else None,
         )
         async with self._conn(conn) as c:
             row = await (await c.execute(UPSERT_USER, params)).fetchone()

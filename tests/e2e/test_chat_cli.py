@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from src.services.local_model import CANDIDATES_ENV
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run_chat(env: dict[str, str], stdin: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def _run_chat(
+    env: dict[str, str], stdin: str, cwd: Path, lang: str | None = "en"
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "src.cli", "chat", "--user-id", "42", "--lang", "en"],
+        [sys.executable, "-m", "src.cli", "chat", "--user-id", "42"]
+        + (["--lang", lang] if lang else []),
         input=stdin,
         capture_output=True,
         text=True,
@@ -23,8 +31,21 @@ def _run_chat(env: dict[str, str], stdin: str, cwd: Path) -> subprocess.Complete
     )
 
 
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def _env(dsn: str, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "PG_"))}
+    locale = ("LC_ALL", "LC_MESSAGES", "LANG")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("OPENAI_", "PG_")) and k not in locale
+    }
+    # Never the developer's own Ollama: local discovery looks where each test says.
+    env[CANDIDATES_ENV] = f"http://127.0.0.1:{_closed_port()}/v1"
     env |= {"DATABASE_URL": dsn, "PYTHONPATH": str(ROOT), **extra}
     env.pop("TEST_DATABASE_URL", None)
     return env
@@ -56,6 +77,40 @@ async def test_chat_without_model_says_what_to_set(fresh_schema: str, tmp_path: 
     out = _run_chat(_env(fresh_schema), "hello\n", tmp_path)
     assert out.returncode == 2
     assert "OPENAI_API_KEY" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("lang", "expected"),
+    [("ru_RU.UTF-8", "Три способа"), ("en_US.UTF-8", "Three ways"), ("C.UTF-8", "Three ways")],
+)
+async def test_chat_without_any_model_lists_three_ways_in_the_terminal_language(
+    fresh_schema: str, tmp_path: Path, lang: str, expected: str
+) -> None:
+    out = _run_chat(_env(fresh_schema, LANG=lang), "hello\n", tmp_path, lang=None)
+    assert out.returncode == 2
+    assert expected in out.stderr and "Traceback" not in out.stderr
+    assert "OPENAI_API_KEY" in out.stderr and "Ollama" in out.stderr and "llama.cpp" in out.stderr
+    assert out.stdout == ""
+
+
+async def test_chat_finds_a_local_server_and_says_which_model(
+    pool: Any, fresh_schema: str, llm: Any, tmp_path: Path
+) -> None:
+    saved = llm.models
+    llm.models = ["nomic-embed-text", "qwen2.5:7b"]
+    try:
+        llm.script_for("qwen2.5:7b", "Привет от локальной модели.")
+        dead = f"http://127.0.0.1:{_closed_port()}/v1"
+        env = _env(fresh_schema, LANG="ru_RU.UTF-8", **{CANDIDATES_ENV: f"{dead},{llm.base_url}"})
+        out = _run_chat(env, "привет\n/help\n", tmp_path, lang=None)
+    finally:
+        llm.models = saved
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0] == "Привет от локальной модели."
+    assert "/new — начать новый разговор" in out.stdout  # --lang follows LANG
+    assert "qwen2.5:7b" in out.stderr and llm.base_url in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert [r["model"] for r in llm.requests] == ["qwen2.5:7b"]
 
 
 async def test_debug_logs_never_show_the_api_key(

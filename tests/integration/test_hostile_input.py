@@ -90,3 +90,37 @@ async def test_tools_cannot_reach_another_users_memory(runtime_factory: Any, llm
     for tool in request.get("tools", []):
         props = tool["function"]["parameters"].get("properties", {})
         assert not any("user" in name for name in props), tool
+
+
+async def test_nul_and_lone_surrogate_in_tool_arguments_are_stored(
+    runtime_factory: Any, llm: Any
+) -> None:
+    rt = await runtime_factory()
+    query = "nul\x00inside and lone \ud83d surrogate"
+    llm.script(
+        {
+            "tool_calls": [
+                {"name": "search_history", "args": {"query": query, "k\x00ey": ["\udc00"]}}
+            ]
+        },
+        "Nothing like that.",
+    )
+    result = await rt.service.handle_message(EVE, "search for that odd text")
+    assert result.ok, result.reply
+    assert result.reply == "Nothing like that."
+    conv = await rt.deps.conversations.get_or_create_conversation(EVE.owner_id)
+    async with rt.pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT role, content, meta::text AS meta FROM messages "
+            "WHERE conversation_id = %s ORDER BY id",
+            (conv,),
+        )
+        rows = await cur.fetchall()
+    assert [r["role"] for r in rows] == ["user", "assistant", "tool", "system", "assistant"]
+    call = rows[1]["meta"]
+    assert "search_history" in call and "nulinside" in call and "\\u0000" not in call
+    assert rows[3]["content"] == "Tools used: search_history"
+    for row in rows:
+        for text in (row["content"], row["meta"] or ""):
+            assert "\x00" not in text
+            text.encode("utf-8")  # no lone surrogate survived

@@ -48,6 +48,15 @@ async def test_append_and_load_chronological(pool: Pool) -> None:
     assert len(await repo.load_last_messages(conv, limit=100)) == 40
 
 
+async def test_meta_json_is_cleaned_recursively(pool: Pool) -> None:
+    repo = ConversationRepository(pool)
+    conv = await repo.get_or_create_conversation(3)
+    meta = {"tool_calls": [{"args": {"q\x00": ["a\x00b", "lone \ud83d", {"n": 1, "ok": True}]}}]}
+    row = await repo.append_message(conv, "assistant", "x\x00y", meta)
+    assert row["content"] == "xy"
+    assert row["meta"] == {"tool_calls": [{"args": {"q": ["ab", "lone ?", {"n": 1, "ok": True}]}}]}
+
+
 async def test_ordering_ties_broken_by_id(pool: Pool) -> None:
     repo = ConversationRepository(pool)
     conv = await repo.get_or_create_conversation(3)

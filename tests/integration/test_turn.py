@@ -82,3 +82,35 @@ async def test_tools_used_logged(runtime_factory: Any, llm: Any) -> None:
     assert rows[-2]["content"] == "Tools used: search_history"
     user = await rt.deps.users.get(ALICE.owner_id)
     assert user["active_messages_count"] is None
+
+
+FAIL_REPLY_INSERT = """
+CREATE FUNCTION refuse_reply() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'disk full (test)';
+END $$;
+CREATE TRIGGER refuse_reply BEFORE INSERT ON messages FOR EACH ROW
+    WHEN (NEW.role = 'assistant' AND NEW.meta IS NULL) EXECUTE FUNCTION refuse_reply();
+"""
+
+
+async def test_turn_writes_commit_together_and_reply_is_sent_when_storing_fails(
+    runtime_factory: Any, llm: Any
+) -> None:
+    rt = await runtime_factory()
+    async with rt.pool.connection() as conn:
+        await conn.execute(FAIL_REPLY_INSERT.encode(), prepare=False)
+    llm.script(
+        {"tool_calls": [{"name": "search_history", "args": {"query": "cats"}}]},
+        "Nothing about cats yet.",
+    )
+    result = await rt.service.handle_message(ALICE, "what did I say about cats?")
+    assert result.reply == "Nothing about cats yet."
+    assert result.tools_used == ["search_history"]
+    await rt.service.drain()
+    conv = await rt.deps.conversations.get_or_create_conversation(ALICE.owner_id)
+    rows = await rt.deps.conversations.load_last_messages(conv)
+    # No tool records and no "Tools used" note without the reply they led to.
+    assert [r["role"] for r in rows] == ["user"]
+    user = await rt.deps.users.get(ALICE.owner_id)
+    assert user is not None and user["active_messages_count"] is None

@@ -157,6 +157,20 @@ def test_server_dsn_from_pg_vars(monkeypatch: pytest.MonkeyPatch) -> None:
     }
 
 
+@pytest.mark.parametrize(
+    "password", ["two words", "it's", 'say "hi"', "a=b", "back\\slash", "  padded  ", "x' y='z"]
+)
+def test_server_dsn_keeps_any_password(monkeypatch: pytest.MonkeyPatch, password: str) -> None:
+    monkeypatch.setenv("PG_HOST", "db.local")
+    monkeypatch.setenv("PG_USER", "agent smith")
+    monkeypatch.setenv("PG_PASSWORD", password)
+    dsn = load().server_dsn()
+    assert dsn is not None
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    assert info["password"] == password
+    assert (info["host"], info["user"], info["dbname"]) == ("db.local", "agent smith", "ai_db")
+
+
 def test_server_dsn_without_password(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PG_HOST", "127.0.0.1")
     dsn = load().server_dsn()
@@ -262,6 +276,29 @@ def test_redact_leaves_clean_records_alone() -> None:
     record = _record("turn user=%s ms=%d", 42, 17)
     RedactSecrets(["longsecret"]).filter(record)
     assert record.args == (42, 17) and record.getMessage() == "turn user=42 ms=17"
+
+
+def test_redact_masks_secrets_in_exception_text_and_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    s = load(pg_host="db.local", pg_password="pw with spaces'9")
+    root = logging.getLogger()
+    saved_handlers, saved_level = list(root.handlers), root.level
+    try:
+        configure_logging("info", s)
+        try:
+            raise RuntimeError(f"cannot connect: {s.server_dsn()} (pw with spaces'9)")
+        except RuntimeError:
+            logging.getLogger("tgagent.test").error("connecting failed", exc_info=True)
+        err = capsys.readouterr().err
+        assert "connecting failed" in err and "Traceback" in err and "RuntimeError" in err
+        assert "pw with spaces" not in err and "***" in err
+    finally:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        for handler in saved_handlers:
+            root.addHandler(handler)
+        root.setLevel(saved_level)
 
 
 def test_configure_logging_redacts_every_line(capsys: pytest.CaptureFixture[str]) -> None:
