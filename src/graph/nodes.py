@@ -17,6 +17,7 @@ from src.graph.conversation_state import ConversationState
 from src.graph.deps import GraphDeps
 from src.graph.memory.facts import extract_pending
 from src.graph.memory.summarizer import summarize_overflow
+from src.graph.output_caps import was_cut
 from src.graph.tokens import count_tools
 from src.lang import lang_of
 
@@ -151,6 +152,13 @@ class Nodes:
             answer = AIMessage(text, id=answer.id, usage_metadata=answer.usage_metadata)
         if not answer.tool_calls and not reply_text(answer):
             raise ModelFailure("model returned an empty answer")
+        if was_cut(answer):
+            # Delivered all the same: a cut answer is better than none.
+            logger.warning(
+                "reply to %s cut at the output cap (%d chars)",
+                state["user_id"],
+                len(reply_text(answer)),
+            )
         usage = dict(state.get("usage") or {"input": 0, "output": 0})
         if answer.usage_metadata:
             usage["input"] = usage.get("input", 0) + answer.usage_metadata.get("input_tokens", 0)

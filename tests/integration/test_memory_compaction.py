@@ -81,7 +81,8 @@ async def test_failed_compaction_never_blocks_new(
     elif fault == "plain_text":
         llm.script_for(COMPACT, "Говорили о марафоне и питании перед стартом.")
     else:
-        llm.script_for(COMPACT, compact_json("Очень длинный пересказ. " * 100, ["марафон"]))
+        # Far over 500 characters, yet within the compact's output cap.
+        llm.script_for(COMPACT, compact_json("Очень длинный пересказ. " * 40, ["марафон"]))
     await rt.service.new_conversation(OLGA)
 
     (row,) = await rt.deps.memory.list_compacts(OLGA.owner_id)
