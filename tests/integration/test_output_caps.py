@@ -126,3 +126,30 @@ async def test_reminder_call_capped(runtime_factory: Any, llama: Any) -> None:
     # A reminder cut at its cap is not sent: the template is.
     text, from_model = await reminders.compose(user, conv)
     assert not from_model and text and not LONG.startswith(text)
+
+
+@pytest.mark.parametrize("structured", ["auto", "off"])
+async def test_cut_facts_answer_marks_the_batch(
+    runtime_factory: Any, llama: Any, structured: str
+) -> None:
+    """A fact answer cut at its cap is unreadable, and would be again: never retried."""
+    rt = await runtime_factory(structured_output=structured)
+    assert (await rt.service.handle_message(ANN, "My dog is Rex.")).ok
+    await rt.service.drain()
+    conv = await rt.deps.conversations.get_or_create_conversation(ANN.owner_id)
+    (batch,) = await read_pending(rt.deps, ANN.owner_id, conv)
+    llama.script_for(MEMORY_MODEL, '{"facts": [' + LONG)
+    assert await extract_batch(rt.deps, batch) == 0
+    assert await read_pending(rt.deps, ANN.owner_id, conv) == []
+
+
+async def test_cut_compact_answer_stores_the_plain_text_compact(
+    runtime_factory: Any, llama: Any
+) -> None:
+    rt = await runtime_factory()
+    assert (await rt.service.handle_message(ANN, "Планирую поездку в Грузию")).ok
+    llama.script_for(MEMORY_MODEL, '{"summary": "' + LONG)
+    await rt.service.new_conversation(ANN)
+    await rt.service.drain()
+    (row,) = await rt.deps.memory.list_compacts(ANN.owner_id)
+    assert "Планирую поездку в Грузию" in row["summary"] and "слово" not in row["summary"]
