@@ -49,7 +49,4 @@ def with_output_cap(model: Model, tokens: int) -> Model:
 
 def was_cut(answer: BaseMessage) -> bool:
     """Tell whether the model stopped at the output cap (`finish_reason: length`)."""
-    metadata = answer.response_metadata or {}
-    return metadata.get("finish_reason") == "length" or metadata.get("stop_reason") == (
-        "max_tokens"
-    )
+    return (answer.response_metadata or {}).get("finish_reason") == "length"
