@@ -62,6 +62,7 @@ class Settings(BaseSettings):
     llm_timeout: float = Field(60.0, gt=0)
     llm_max_retries: int = Field(2, ge=0)
     llm_max_output_tokens: int = Field(1024, ge=16)
+    llm_token_limit_param: Literal["auto", "max_tokens", "max_completion_tokens"] = "auto"
     llm_temperature: float = Field(0.7, ge=0, le=2)
     max_tool_rounds: int = Field(10, ge=1)
 
@@ -198,6 +199,22 @@ class Settings(BaseSettings):
     def context_limit(self, model: str) -> int:
         """Return the context window of `model`, or the safe default."""
         return self.model_context_limits.get(model, self.default_context_limit)
+
+    @property
+    def token_limit_param(self) -> Literal["max_tokens", "max_completion_tokens"]:
+        """Return the request field that caps a reply on the configured endpoint.
+
+        OpenAI deprecated `max_tokens` for `max_completion_tokens` (and its reasoning models
+        reject `max_tokens`); llama.cpp's server, Ollama, vLLM and other OpenAI-compatible
+        servers may ignore `max_completion_tokens` and run to the end of the context. So
+        `auto` sends `max_completion_tokens` to OpenAI itself and `max_tokens` elsewhere.
+        """
+        if self.llm_token_limit_param != "auto":
+            return self.llm_token_limit_param
+        if not self.openai_base_url:
+            return "max_completion_tokens"
+        host = urlsplit(self.openai_base_url).hostname or ""
+        return "max_completion_tokens" if host == "api.openai.com" else "max_tokens"
 
     @property
     def effective_summary_model(self) -> str:

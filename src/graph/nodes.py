@@ -19,6 +19,7 @@ from src.graph.conversation_state import ConversationState
 from src.graph.deps import GraphDeps
 from src.graph.memory.facts import extract_pending
 from src.graph.memory.summarizer import summarize_overflow
+from src.graph.output_caps import was_cut
 from src.graph.tokens import count_tools
 from src.lang import lang_of
 from src.storage.base import clean_json
@@ -163,6 +164,13 @@ class Nodes:
             # surrogates, which no request body (UTF-8) and no jsonb column can carry.
             calls = [{**c, "args": clean_json(c["args"])} for c in answer.tool_calls]
             answer = answer.model_copy(update={"tool_calls": calls})
+        if was_cut(answer):
+            # Delivered all the same: a cut answer is better than none.
+            logger.warning(
+                "reply to %s cut at the output cap (%d chars)",
+                state["user_id"],
+                len(reply_text(answer)),
+            )
         usage = dict(state.get("usage") or {"input": 0, "output": 0})
         if answer.usage_metadata:
             usage["input"] = usage.get("input", 0) + answer.usage_metadata.get("input_tokens", 0)

@@ -35,6 +35,7 @@ from src.graph.context.render import transcript_line
 from src.graph.deps import GraphDeps
 from src.graph.memory.facts import WIPE_READ_LIMIT, Batch, extract_batch, read_pending
 from src.graph.memory.structured import load_json, object_schema
+from src.graph.output_caps import COMPACT_TOKENS, with_output_cap
 from src.graph.timestamps import strip_stamp
 
 logger = logging.getLogger(__name__)
@@ -183,7 +184,8 @@ class Compactor:
         prompt = prompts.COMPACT_PROMPT.format(chars=COMPACT_CHARS, conversation=session.text)
         messages = [SystemMessage(prompts.COMPACT_SYSTEM), HumanMessage(prompt)]
         try:
-            data, raw = await self.deps.json_answers.ask(self.model, messages, COMPACT_SCHEMA)
+            model = with_output_cap(self.model, COMPACT_TOKENS)
+            data, raw = await self.deps.json_answers.ask(model, messages, COMPACT_SCHEMA)
             compact = parse_compact(raw, data)
         except Exception as exc:
             logger.warning(

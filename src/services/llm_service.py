@@ -2,10 +2,33 @@
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
+from langchain_core.language_models import LanguageModelInput
 from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
 from src.config import ConfigError, Settings
+
+
+class CompatibleChatOpenAI(ChatOpenAI):
+    """ChatOpenAI that sends its output cap under the name the endpoint honours.
+
+    langchain-openai's ChatOpenAI always sends the cap (`max_tokens`, its alias
+    `max_completion_tokens`, or either as a call argument) as `max_completion_tokens`,
+    which llama.cpp's server and other OpenAI-compatible servers ignore.
+    """
+
+    token_limit_param: Literal["max_tokens", "max_completion_tokens"] = "max_completion_tokens"
+    """The request field that carries the output cap."""
+
+    def _get_request_payload(
+        self, input_: LanguageModelInput, *, stop: list[str] | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        payload = super()._get_request_payload(input_, stop=stop, **kwargs)
+        if self.token_limit_param == "max_tokens" and "max_completion_tokens" in payload:
+            payload["max_tokens"] = payload.pop("max_completion_tokens")
+        return payload
 
 
 def model_configured(settings: Settings) -> bool:
@@ -16,7 +39,11 @@ def model_configured(settings: Settings) -> bool:
 def make_chat_model(
     settings: Settings, model: str | None = None, temperature: float | None = None
 ) -> ChatOpenAI:
-    """Return a ChatOpenAI for `model` (default LLM_MODEL) on the configured endpoint."""
+    """Return a ChatOpenAI for `model` (default LLM_MODEL) on the configured endpoint.
+
+    Its replies are capped at LLM_MAX_OUTPUT_TOKENS; the memory models' calls set their
+    own caps (src/graph/output_caps.py).
+    """
     if not model_configured(settings):
         raise ConfigError(
             "no model endpoint configured: set OPENAI_API_KEY (and OPENAI_BASE_URL for "
@@ -24,13 +51,14 @@ def make_chat_model(
         )
     # Local servers (Ollama, llama.cpp) need no key, but the client insists on one.
     key = settings.openai_api_key or SecretStr("not-needed")
-    return ChatOpenAI(
+    return CompatibleChatOpenAI(
         model=model or settings.llm_model,
         api_key=key,
         base_url=settings.openai_base_url,
         timeout=settings.llm_timeout,
         max_retries=settings.llm_max_retries,
         max_completion_tokens=settings.llm_max_output_tokens,
+        token_limit_param=settings.token_limit_param,
         temperature=settings.llm_temperature if temperature is None else temperature,
     )
 

@@ -25,6 +25,7 @@ from src.graph.context.render import reply_text, transcript_line
 from src.graph.context.sections import fact_line
 from src.graph.deps import GraphDeps
 from src.graph.nodes import window_size
+from src.graph.output_caps import REMINDER_TOKENS, was_cut, with_output_cap
 from src.lang import lang_of
 from src.services.texts import t
 from src.services.turn_lock import TurnLocks
@@ -179,11 +180,13 @@ class ReminderService:
         language = user.get("language_code")
         try:
             messages = await self._prompt(user, conversation_id)
+            model = with_output_cap(self.model, REMINDER_TOKENS)
             answer = await asyncio.wait_for(
-                self.model.ainvoke(messages), timeout=self.settings.llm_timeout
+                model.ainvoke(messages), timeout=self.settings.llm_timeout
             )
             text = reply_text(answer).strip().strip('"«»').strip()
-            if text and len(text) <= MAX_REMINDER_CHARS:
+            # A reminder cut mid-sentence by the cap is not sent: the template is better.
+            if text and len(text) <= MAX_REMINDER_CHARS and not was_cut(answer):
                 return text, True
             logger.warning("reminder for %s: unusable model answer", user["telegram_user_id"])
         except Exception as exc:

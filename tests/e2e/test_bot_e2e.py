@@ -52,7 +52,8 @@ async def say(tg: FakeBotAPI, user: int, text: str, **kw: Any) -> str:
 
 async def test_private_conversation(start_bot: Any, tg: FakeBotAPI, llm: Any, pool: Any) -> None:
     """/start, three messages, /forget, /new, media, a long reply, a 429, the commands."""
-    await start_bot()
+    # Room for the long reply below (about 2,800 tokens as the fake server counts them).
+    await start_bot(llm_max_output_tokens=4096)
     menus = {json.loads(key)[1]: [c["command"] for c in cmds] for key, cmds in tg.commands.items()}
     assert {"", "ru"} <= set(menus) and {"help", "new", "forget", "mute", "memory"} <= set(
         menus[""]

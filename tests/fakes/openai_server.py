@@ -29,6 +29,24 @@ is still whatever is scripted. A rejected request is answered 400 at once and re
 but consumes no injected fault, delay or scripted reply, so a client's fallback request
 gets the reply that was meant for it.
 
+Output caps: `max_completion_tokens` and `max_tokens` (a positive integer, else 400) are
+honoured like the real servers: the reply is cut to the cap, counting one token per
+`CHARS_PER_TOKEN` (4) characters of content as `usage` does, and answered with
+`finish_reason: "length"`; tool calls that do not fit whole after the content are dropped.
+`max_completion_tokens` wins when both are sent. With `honours_max_completion_tokens = False`
+the server acts like llama.cpp's server and other OpenAI-compatible servers that only know
+`max_tokens`: it ignores `max_completion_tokens`, so a long scripted reply comes back whole.
+
+Message protocol: the chat request is validated as OpenAI validates it, and rejected with 400
+`invalid_request_error` naming the `param`: `messages` a non-empty array of objects; every
+`role` one of system, developer, user, assistant, tool; content present (an assistant
+message may omit it when it has `tool_calls`); every `tool_calls` entry with an `id`, type
+"function" and a function `name`; every `tool` message answers, by `tool_call_id`, a tool
+call of the assistant message before it (only tool messages in between); every tool call
+answered by tool messages before the next non-tool message; `tool_choice` only with
+`tools`. OpenAI does not require `tools` when the history holds tool calls, and neither does
+the fake. A request rejected here is recorded like a rejected `response_format`.
+
 Embeddings: `POST /v1/embeddings` (and `/embeddings`) answers like OpenAI, as
 `{"object": "list", "data": [{"object": "embedding", "index": i, "embedding": ...}],
 "model": ..., "usage": {"prompt_tokens": n, "total_tokens": n}}` with one item per input,
@@ -87,6 +105,8 @@ from typing import Any, Self
 from aiohttp import web
 
 FAULT_KINDS = ("status", "close", "malformed")
+CHARS_PER_TOKEN = 4
+ROLES = ("system", "developer", "user", "assistant", "tool")
 RESPONSE_FORMAT_TYPES = ("text", "json_object", "json_schema")
 _SCHEMA_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 DEFAULT_EMBEDDING_MODELS = ("text-embedding-3-small", "fake-embed")
@@ -276,6 +296,7 @@ class FakeOpenAI(BackgroundAiohttpServer):
         self.default_reply: Reply = echo_reply
         self.delay: float = 0.0
         self.supports_structured_output = True
+        self.honours_max_completion_tokens = True
         self.concurrency_key: Callable[[dict[str, Any]], Any] | None = None
         self.models: list[str] = ["gpt-4o-mini", "gpt-4.1-mini", "fake-model"]
         self.requests: list[dict[str, Any]] = []
@@ -423,6 +444,7 @@ class FakeOpenAI(BackgroundAiohttpServer):
             self.delay = 0.0
             self.concurrency_key = None
             self.supports_structured_output = True
+            self.honours_max_completion_tokens = True
             self.embeddings_down = False
             self.embedding_synonyms = {}
             self.embedding_dims = DEFAULT_EMBEDDING_DIMS
@@ -443,7 +465,7 @@ class FakeOpenAI(BackgroundAiohttpServer):
     def _admit(self, body: dict[str, Any]) -> tuple[Any, tuple[Any, ...] | None, float, Reply]:
         """Record a request, track concurrency and pick its fault, delay and reply.
 
-        An invalid request gets an ("invalid", message) fault and consumes nothing else.
+        An invalid request gets an ("invalid", message, param) fault and consumes nothing else.
         """
         key = None
         if self.concurrency_key is not None:
@@ -460,9 +482,9 @@ class FakeOpenAI(BackgroundAiohttpServer):
                     self.overlaps += 1
                     self.overlap_keys.append(key)
                 self._in_flight_keys[key] = self._in_flight_keys.get(key, 0) + 1
-            problem = response_format_problem(body, self.supports_structured_output)
-            if problem is not None:
-                return key, ("invalid", problem), 0.0, self.default_reply
+            rejection = chat_rejection(body, self.supports_structured_output)
+            if rejection is not None:
+                return key, ("invalid", *rejection), 0.0, self.default_reply
             delay = self._delays.popleft() if self._delays else self.delay
             fault = self._faults.popleft() if self._faults else None
             reply: Reply = self.default_reply
@@ -550,7 +572,7 @@ class FakeOpenAI(BackgroundAiohttpServer):
     ) -> web.StreamResponse:
         kind = fault[0]
         if kind == "invalid":
-            return _error(400, fault[1], "invalid_request_error", param="response_format")
+            return _error(400, fault[1], "invalid_request_error", param=fault[2])
         if kind == "status":
             status, payload = fault[1], fault[2]
             if payload is None:
@@ -588,6 +610,10 @@ class FakeOpenAI(BackgroundAiohttpServer):
             }
             for i, call in enumerate(reply.get("tool_calls") or [])
         ]
+        cap = self._output_cap(body)
+        cut = False
+        if cap is not None:
+            content, tool_calls, cut = _fit(content, tool_calls, cap)
         message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
         if tool_calls:
             message["tool_calls"] = tool_calls
@@ -600,7 +626,7 @@ class FakeOpenAI(BackgroundAiohttpServer):
         }
         head = {"id": f"chatcmpl-fake{n:06d}", "created": int(time.time())}
         head["model"] = body.get("model", "fake-model")
-        finish = "tool_calls" if tool_calls else "stop"
+        finish = "length" if cut else "tool_calls" if tool_calls else "stop"
         if body.get("stream"):
             return await self._stream(request, head, message, finish, usage, body, no_choices)
         choice = {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
@@ -608,6 +634,12 @@ class FakeOpenAI(BackgroundAiohttpServer):
         return web.json_response(
             {**head, "object": "chat.completion", "choices": choices, "usage": usage}
         )
+
+    def _output_cap(self, body: dict[str, Any]) -> int | None:
+        """Return the output cap this server honours for the request, in tokens."""
+        if self.honours_max_completion_tokens and body.get("max_completion_tokens") is not None:
+            return int(body["max_completion_tokens"])
+        return None if body.get("max_tokens") is None else int(body["max_tokens"])
 
     async def _stream(
         self,
@@ -652,6 +684,27 @@ class FakeOpenAI(BackgroundAiohttpServer):
         return response
 
 
+def _fit(
+    content: str | None, tool_calls: list[dict[str, Any]], cap: int
+) -> tuple[str | None, list[dict[str, Any]], bool]:
+    """Cut a reply to `cap` tokens: the content first, then the tool calls that fit whole."""
+    room = cap * CHARS_PER_TOKEN
+    text = content or ""
+    cut = len(text) > room
+    if cut:
+        content, text = text[:room], text[:room]
+    room -= len(text)
+    kept = []
+    for call in tool_calls:
+        size = len(call["function"]["name"]) + len(call["function"]["arguments"])
+        if cut or size > room:
+            cut = True
+            continue
+        kept.append(call)
+        room -= size
+    return content, kept, cut
+
+
 def _normalize(reply: Any) -> dict[str, Any]:
     """Turn a scripted reply (str or dict) into {"content", "tool_calls"}."""
     if isinstance(reply, str):
@@ -689,6 +742,126 @@ def _bad_type(param: str, expected: str, value: Any) -> str:
     else:
         got = "an array" if isinstance(value, list) else "an object"
     return f"Invalid type for '{param}': expected {expected}, but got {got} instead."
+
+
+def chat_rejection(body: Any, supports_json_schema: bool = True) -> tuple[str, str] | None:
+    """Return (message, param) of the 400 OpenAI would answer a chat request with, or None."""
+    if not isinstance(body, dict):
+        return _bad_type("body", "an object", body), "body"
+    for param in ("max_completion_tokens", "max_tokens"):
+        value = body.get(param)
+        if value is None:
+            continue
+        if not _is_token(value):
+            return _bad_type(param, "an integer", value), param
+        if value < 1:
+            return (
+                f"Invalid '{param}': integer below minimum value. "
+                f"Expected a value >= 1, but got {value} instead."
+            ), param
+    problem = messages_problem(body)
+    if problem is not None:
+        return problem
+    if body.get("tool_choice") is not None and not body.get("tools"):
+        return (
+            "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' "
+            "are specified."
+        ), "tool_choice"
+    problem_text = response_format_problem(body, supports_json_schema)
+    return None if problem_text is None else (problem_text, "response_format")
+
+
+def messages_problem(body: dict[str, Any]) -> tuple[str, str] | None:
+    """Return (message, param) of the first breach of OpenAI's message protocol, or None."""
+    messages = body.get("messages")
+    if messages is None:
+        return "Missing required parameter: 'messages'.", "messages"
+    if not isinstance(messages, list):
+        return _bad_type("messages", "an array", messages), "messages"
+    if not messages:
+        return (
+            "Invalid 'messages': empty array. Expected an array with minimum length 1, "
+            "but got an empty array instead.",
+            "messages",
+        )
+    open_calls: dict[str, int] = {}  # unanswered tool call id -> its assistant message
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            return _bad_type(f"messages[{i}]", "an object", message), f"messages[{i}]"
+        problem = _message_shape_problem(i, message)
+        if problem is not None:
+            return problem
+        role = message["role"]
+        if role == "tool":
+            call_id = message["tool_call_id"]
+            if call_id not in open_calls:
+                return (
+                    "Invalid parameter: messages with role 'tool' must be a response to a "
+                    "preceeding message with 'tool_calls'."
+                ), f"messages.[{i}].role"
+            del open_calls[call_id]
+            continue
+        if open_calls:
+            ids = ", ".join(open_calls)
+            return (
+                "An assistant message with 'tool_calls' must be followed by tool messages "
+                "responding to each 'tool_call_id'. The following tool_call_ids did not have "
+                f"response messages: {ids}"
+            ), f"messages.[{i}].role"
+        if role == "assistant":
+            open_calls = {call["id"]: i for call in message.get("tool_calls") or []}
+    if open_calls:
+        ids = ", ".join(open_calls)
+        return (
+            "An assistant message with 'tool_calls' must be followed by tool messages "
+            "responding to each 'tool_call_id'. The following tool_call_ids did not have "
+            f"response messages: {ids}"
+        ), f"messages.[{len(messages)}].role"
+    return None
+
+
+def _message_shape_problem(i: int, message: dict[str, Any]) -> tuple[str, str] | None:
+    """Return (message, param) if one message's role, content or tool calls are malformed."""
+    role = message.get("role")
+    if role is None:
+        return f"Missing required parameter: 'messages[{i}].role'.", f"messages[{i}].role"
+    if role not in ROLES:
+        return (
+            f"Invalid value: '{role}'. Supported values are: 'system', 'assistant', 'user', "
+            "'function', 'tool', and 'developer'."
+        ), f"messages[{i}].role"
+    calls = message.get("tool_calls")
+    if calls is not None and role != "assistant":
+        return f"Unrecognized request argument supplied: messages[{i}].tool_calls", f"messages[{i}]"
+    content = message.get("content")
+    if content is None and not (role == "assistant" and calls):
+        where = f"messages[{i}].content"
+        if "content" in message:
+            return _bad_type(where, "a string or an array", None), where
+        return f"Missing required parameter: '{where}'.", where
+    if content is not None and not isinstance(content, str | list):
+        where = f"messages[{i}].content"
+        return _bad_type(where, "a string or an array", content), where
+    if role == "tool" and not isinstance(message.get("tool_call_id"), str):
+        where = f"messages[{i}].tool_call_id"
+        return f"Missing required parameter: '{where}'.", where
+    if calls is None:
+        return None
+    if not isinstance(calls, list):
+        where = f"messages[{i}].tool_calls"
+        return _bad_type(where, "an array", calls), where
+    for j, call in enumerate(calls):
+        where = f"messages[{i}].tool_calls[{j}]"
+        if not isinstance(call, dict):
+            return _bad_type(where, "an object", call), where
+        if not isinstance(call.get("id"), str):
+            return f"Missing required parameter: '{where}.id'.", f"{where}.id"
+        if call.get("type") != "function":
+            return f"Missing required parameter: '{where}.type'.", f"{where}.type"
+        fn = call.get("function")
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            return f"Missing required parameter: '{where}.function.name'.", f"{where}.function"
+    return None
 
 
 def response_format_problem(body: dict[str, Any], supports_json_schema: bool = True) -> str | None:
@@ -897,12 +1070,18 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="reject response_format of type json_schema like an older server",
     )
+    parser.add_argument(
+        "--ignore-max-completion-tokens",
+        action="store_true",
+        help="ignore max_completion_tokens (honour only max_tokens) like llama.cpp's server",
+    )
     args = parser.parse_args(argv)
     server = FakeOpenAI(args.host, args.port)
     if args.reply is not None:
         server.default_reply = args.reply
     server.delay = args.delay
     server.supports_structured_output = not args.no_structured_output
+    server.honours_max_completion_tokens = not args.ignore_max_completion_tokens
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())

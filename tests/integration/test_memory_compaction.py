@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
+import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -81,7 +81,8 @@ async def test_failed_compaction_never_blocks_new(
     elif fault == "plain_text":
         llm.script_for(COMPACT, "Говорили о марафоне и питании перед стартом.")
     else:
-        llm.script_for(COMPACT, compact_json("Очень длинный пересказ. " * 100, ["марафон"]))
+        # Far over 500 characters, yet within the compact's output cap.
+        llm.script_for(COMPACT, compact_json("Очень длинный пересказ. " * 40, ["марафон"]))
     await rt.service.new_conversation(OLGA)
 
     (row,) = await rt.deps.memory.list_compacts(OLGA.owner_id)
@@ -101,14 +102,20 @@ async def test_slow_compaction_finishes_in_the_background(runtime_factory: Any, 
     rt = await runtime_factory(compact_model=COMPACT)
     rt.service.compactor.wait_seconds = 0.2
     await chat(rt, "Планирую поездку в Грузию")
-    llm.delay_next(1, 1.5)
-    llm.script_for(COMPACT, compact_json("Планировали поездку в Грузию."))
-    started = time.monotonic()
+    # The compact model answers only when the test lets it: /new must not wait for it.
+    answer_now = threading.Event()
+
+    async def held(request: dict[str, Any]) -> str:
+        await asyncio.to_thread(answer_now.wait, 30)
+        return compact_json("Планировали поездку в Грузию.")
+
+    llm.script_for(COMPACT, held)
     await rt.service.new_conversation(OLGA)
-    assert time.monotonic() - started < 1.2
+    assert not answer_now.is_set() and len(llm.requests_for(COMPACT)) == 1
     # A compact exists at once (plain text from the session), replaced by the model's.
     (stand_in,) = await rt.deps.memory.list_compacts(OLGA.owner_id)
     assert "Планирую поездку в Грузию" in stand_in["summary"]
+    answer_now.set()
     await rt.service.drain()
     (row,) = await rt.deps.memory.list_compacts(OLGA.owner_id)
     assert row["summary"] == "Планировали поездку в Грузию."

@@ -24,8 +24,9 @@ from langchain_core.messages import HumanMessage, SystemMessage
 
 from src.graph import prompts
 from src.graph.deps import GraphDeps
-from src.graph.memory.structured import load_json, object_schema
+from src.graph.memory.structured import CutAnswer, load_json, object_schema
 from src.graph.memory.summarizer import summary_limits, take_batch
+from src.graph.output_caps import FACTS_TOKENS, with_output_cap
 from src.storage.memory_repo import FACT_TYPES
 
 logger = logging.getLogger(__name__)
@@ -204,7 +205,12 @@ async def extract_batch(deps: GraphDeps, batch: Batch) -> int:
             keys=", ".join(keys) or "(none yet)", conversation=batch.text
         )
         messages = [SystemMessage(prompts.FACTS_SYSTEM), HumanMessage(prompt)]
-        data, raw = await deps.json_answers.ask(deps.summary_model, messages, FACTS_SCHEMA)
+        model = with_output_cap(deps.summary_model, FACTS_TOKENS)
+        try:
+            data, raw = await deps.json_answers.ask(model, messages, FACTS_SCHEMA)
+        except CutAnswer as exc:
+            # Cut again if asked again: unreadable, so logged below and the batch marked.
+            data, raw = None, exc.text
         facts = reuse_known_keys(read_facts(data), keys)
         if not facts and raw.strip() not in ("[]", "{}", "") and data in (None, ""):
             logger.warning(

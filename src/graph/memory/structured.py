@@ -16,8 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import openai
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
+
+from src.graph.output_caps import was_cut
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +65,20 @@ def object_schema(name: str, description: str, properties: dict[str, Any]) -> di
     }
 
 
+class CutAnswer(ValueError):
+    """The model's answer stopped at its output cap, so its JSON is incomplete."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(f"the answer was cut at the output cap after {len(text)} characters")
+        self.text = text
+        """What the model wrote before the cap."""
+
+
+def _cut_text(exc: openai.LengthFinishReasonError) -> str:
+    choices = getattr(exc.completion, "choices", None) or []
+    return str(getattr(choices[0].message, "content", None) or "") if choices else ""
+
+
 def _rejects_schema(exc: Exception) -> bool:
     """Tell whether an error is the endpoint refusing structured output (a 400)."""
     status = getattr(exc, "status_code", None) or getattr(
@@ -84,8 +101,9 @@ class JsonAnswers:
     ) -> tuple[Any, str]:
         """Return (the JSON value, the raw text) of the model's answer.
 
-        The value is None when nothing in the answer parses. Model errors other than a
-        refused schema propagate: the caller retries later.
+        The value is None when nothing in the answer parses. An answer cut at the output
+        cap raises CutAnswer. Model errors other than a refused schema propagate: the
+        caller retries later.
         """
         name = str(getattr(model, "model_name", None) or type(model).__name__)
         if self.enabled and name not in self.refused:
@@ -98,6 +116,8 @@ class JsonAnswers:
             else:
                 try:
                     out = await runnable.ainvoke(list(messages))
+                except openai.LengthFinishReasonError as exc:
+                    raise CutAnswer(_cut_text(exc)) from exc
                 except Exception as exc:
                     if not _rejects_schema(exc):
                         raise
@@ -114,4 +134,6 @@ class JsonAnswers:
                     parsed = out.get("parsed")
                     return (parsed if parsed is not None else load_json(text)), text
         answer = await model.ainvoke(list(messages))
+        if was_cut(answer):
+            raise CutAnswer(answer.text)
         return load_json(answer.text), answer.text

@@ -24,6 +24,7 @@ from src.graph.context.budget import Layers, truncate_text
 from src.graph.context.render import row_tokens, transcript_line
 from src.graph.context.working import group_units, select_recent
 from src.graph.deps import GraphDeps
+from src.graph.output_caps import summary_tokens, with_output_cap
 from src.graph.tokens import TokenCounter
 
 logger = logging.getLogger(__name__)
@@ -120,9 +121,8 @@ async def update_summary(deps: GraphDeps, summary: str, conversation: str) -> st
         conversation=conversation,
         words=max(20, limits.summary // 2),
     )
-    answer = await deps.summary_model.ainvoke(
-        [SystemMessage(prompts.SUMMARIZER_SYSTEM), HumanMessage(prompt)]
-    )
+    model = with_output_cap(deps.summary_model, summary_tokens(limits.summary))
+    answer = await model.ainvoke([SystemMessage(prompts.SUMMARIZER_SYSTEM), HumanMessage(prompt)])
     text = answer.text.strip()
     if not text:
         raise ValueError("the summarizer returned an empty summary")

@@ -1,0 +1,55 @@
+"""Output caps: which request field carries them (LLM_TOKEN_LIMIT_PARAM), capped copies."""
+
+from __future__ import annotations
+
+import pytest
+from langchain_core.language_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage
+
+from src.config import ConfigError, Settings, load_settings
+from src.graph.output_caps import was_cut, with_output_cap
+from src.services.llm_service import CompatibleChatOpenAI, make_chat_model
+
+
+@pytest.mark.parametrize(
+    ("base_url", "setting", "expected"),
+    [
+        (None, "auto", "max_completion_tokens"),
+        ("https://api.openai.com/v1", "auto", "max_completion_tokens"),
+        ("http://127.0.0.1:8080/v1", "auto", "max_tokens"),
+        ("http://127.0.0.1:11434/v1", "auto", "max_tokens"),
+        ("https://openrouter.ai/api/v1", "auto", "max_tokens"),
+        ("http://127.0.0.1:8080/v1", "max_completion_tokens", "max_completion_tokens"),
+        (None, "max_tokens", "max_tokens"),
+    ],
+)
+def test_token_limit_param(base_url: str | None, setting: str, expected: str) -> None:
+    settings = Settings(  # type: ignore[call-arg]
+        _env_file=None, openai_base_url=base_url, llm_token_limit_param=setting
+    )
+    assert settings.token_limit_param == expected
+
+
+def test_token_limit_param_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLM_TOKEN_LIMIT_PARAM", "max_tokens")
+    assert load_settings(_env_file=None).token_limit_param == "max_tokens"
+    monkeypatch.setenv("LLM_TOKEN_LIMIT_PARAM", "max_output_tokens")
+    with pytest.raises(ConfigError, match="LLM_TOKEN_LIMIT_PARAM"):
+        load_settings(_env_file=None)
+
+
+def test_with_output_cap_copies_the_model() -> None:
+    settings = Settings(_env_file=None, openai_base_url="http://127.0.0.1:1/v1")  # type: ignore[call-arg]
+    model = make_chat_model(settings)
+    capped = with_output_cap(model, 200)
+    assert capped.max_tokens == 200 and model.max_tokens == settings.llm_max_output_tokens
+    assert isinstance(capped, CompatibleChatOpenAI) and capped.token_limit_param == "max_tokens"
+    assert capped.root_async_client is model.root_async_client  # one HTTP client
+    fake = GenericFakeChatModel(messages=iter([]))
+    assert with_output_cap(fake, 200) is fake  # nothing to cap
+
+
+def test_was_cut() -> None:
+    assert was_cut(AIMessage("x", response_metadata={"finish_reason": "length"}))
+    assert not was_cut(AIMessage("x", response_metadata={"finish_reason": "stop"}))
+    assert not was_cut(AIMessage("x"))
