@@ -1,4 +1,13 @@
-"""Run one turn at a time per memory owner: an asyncio lock in-process, a lease in Postgres."""
+"""Run one turn at a time per memory owner: an asyncio lock in-process, a lease in Postgres.
+
+The memory work after a reply (summary, facts) runs under the same lock but gives way:
+when the owner's next turn, `/new`, `/forget` or `/compress` arrives in this process, that
+work gets GIVE_WAY_AFTER seconds to finish and is then cancelled rather than waited for
+(see `TurnLocks.give_way`). It marks each message only in the transaction that stores
+what was made of it, so a cancelled run loses nothing and a later turn redoes it. Across
+processes the lease is only polled: another process's turn of the owner still waits for
+that work to end (at most a few model calls, each bounded by LLM_TIMEOUT).
+"""
 
 from __future__ import annotations
 
@@ -16,6 +25,11 @@ from psycopg_pool import AsyncConnectionPool
 from src.services.keyed_lock import KeyedLock
 
 logger = logging.getLogger(__name__)
+
+# Seconds the memory work after a reply may go on once the owner's next turn waits: enough
+# for a summary model that answers at once (so a user who types fast still gets summaries
+# in step), short enough that nobody notices the wait for one that does not.
+GIVE_WAY_AFTER = 1.0
 
 # Leases commit without waiting for their WAL flush (synchronous_commit off for this
 # statement's transaction only): the turn's next write, the user's message, is a normal
@@ -71,14 +85,24 @@ def _process_gone(holder: str) -> bool:
 class TurnLocks:
     """Serialize turns per owner id within this process and across processes."""
 
-    def __init__(self, pool: AsyncConnectionPool[Any], lease_seconds: float = 120.0) -> None:
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[Any],
+        lease_seconds: float = 120.0,
+        give_way_after: float = GIVE_WAY_AFTER,
+    ) -> None:
         self.pool = pool
         self.lease_seconds = lease_seconds
+        self.give_way_after = give_way_after
         # One holder name per process: the asyncio lock already serializes this process's
         # turns, so a lease this process failed to release (database restart) is simply
         # taken over by its next turn instead of blocking the owner until it expires.
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._local = KeyedLock()
+        # Per owner, the holder task whose remaining work may be cancelled (give_way),
+        # and the timer that cancels it once someone waits.
+        self._yielding: dict[int, asyncio.Task[Any]] = {}
+        self._timers: dict[int, asyncio.TimerHandle] = {}
 
     async def _acquire_lease(self, owner_id: int, holder: str) -> None:
         delay = 0.01
@@ -113,9 +137,49 @@ class TurnLocks:
             except Exception:
                 logger.warning("could not renew the turn lease of %s", owner_id, exc_info=True)
 
+    def give_way(self, owner_id: int) -> None:
+        """Let the owner's next holder cancel the rest of the current task's work.
+
+        For the memory work after a reply, which loses nothing when cancelled. Once a
+        holder waits (already, or later), the work has `give_way_after` seconds left.
+        """
+        task = asyncio.current_task()
+        if task is None:
+            return
+        self._yielding[owner_id] = task
+        if self._local.waiting(owner_id):
+            self._interrupt_soon(owner_id)
+
+    def _interrupt_soon(self, owner_id: int) -> None:
+        """Cancel the owner's holder, if it gave way, unless it ends within the grace."""
+        if owner_id in self._yielding and owner_id not in self._timers:
+            loop = asyncio.get_running_loop()
+            self._timers[owner_id] = loop.call_later(self.give_way_after, self._interrupt, owner_id)
+
+    def _interrupt(self, owner_id: int) -> None:
+        self._timers.pop(owner_id, None)
+        task = self._yielding.pop(owner_id, None)
+        if task is not None and not task.done():
+            logger.info("memory work of %s after its reply cancelled for its next turn", owner_id)
+            task.cancel()
+
+    def _stop_yielding(self, owner_id: int) -> None:
+        """Forget the current task's give_way: its work is over (or was cancelled)."""
+        if self._yielding.get(owner_id) is asyncio.current_task():
+            del self._yielding[owner_id]
+            timer = self._timers.pop(owner_id, None)
+            if timer is not None:
+                timer.cancel()
+
     @contextlib.asynccontextmanager
     async def hold(self, owner_id: int) -> AsyncIterator[None]:
-        """Hold the owner's turn lock for the duration of the block."""
+        """Hold the owner's turn lock for the duration of the block.
+
+        A holder that gave way (`give_way`) is waited for `give_way_after` seconds at
+        most, then cancelled.
+        """
+        # Before the first await: callers keep their arrival order.
+        self._interrupt_soon(owner_id)
         async with self._local.hold(owner_id):
             holder = self.holder
             await self._acquire_lease(owner_id, holder)
@@ -123,6 +187,8 @@ class TurnLocks:
             try:
                 yield
             finally:
+                # Before any await: a cancel meant for the work must not cut the release.
+                self._stop_yielding(owner_id)
                 renew.cancel()
                 try:
                     async with self.pool.connection() as conn:
