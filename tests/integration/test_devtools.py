@@ -20,7 +20,7 @@ from src.devtools.prune import prune_checkpoints
 from src.devtools.replay import replay
 from src.devtools.replay_view import format_outcome, outcome_json
 from src.devtools.runs import detail_json, format_turn_detail, format_turn_list, turn_detail
-from src.devtools.sandbox import SandboxPool, connect_like, copy_owner
+from src.devtools.sandbox import OWNER_ROWS, SandboxPool, connect_like, copy_owner
 from src.devtools.turns import Turn
 from src.graph.main_graph import NODE_NAMES
 from src.services.agent_service import Identity
@@ -423,6 +423,19 @@ async def test_copy_owner_shadows_the_users_tables_with_the_owners_rows(
     finally:
         await conn.close()
     assert await snapshot(pool, USER_TABLES) == before
+
+
+async def test_the_replay_copies_every_table_the_graph_may_write(
+    seeded: Seeded, pool: AsyncConnectionPool[Any]
+) -> None:
+    """A new users' table must join OWNER_ROWS, or a replay would write the real one."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+        )
+        tables = {r["table_name"] for r in await cur.fetchall()}
+    not_users = {"schema_versions", "turn_leases", *CHECKPOINT_TABLES, "checkpoint_migrations"}
+    assert tables - not_users == {table for table, _ in OWNER_ROWS}
 
 
 async def test_studio_factories_serve_the_graph(
