@@ -1,9 +1,11 @@
 """`tgagent replay`: run a recorded turn again from one of its checkpoints with the current
 code and a chosen model, beside what was recorded.
 
-Nothing reaches users' tables: the graph's repositories write through a `SandboxPool`
-whose transaction is rolled back, and in it the conversation is first rewound to the
-messages it had at that checkpoint, so the model does not see later turns. The run starts
+Nothing reaches users' tables, and nothing of them is locked while the replay runs: the
+graph runs on a connection of its own whose users' tables are temporary copies of the
+owner's rows (src/devtools/sandbox.py), inside a transaction that is rolled back. There
+the conversation is first rewound to the messages it had at that checkpoint, so the
+model does not see later turns. The run starts
 from a copy of the checkpoint (LangGraph's `update_state(..., as_node="__copy__")`, a fork):
 in an in-memory saver for a dry run, or in the thread itself with `--commit`.
 """
@@ -19,19 +21,20 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.checkpoint.memory import InMemorySaver
+from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from src.config import Settings
 from src.devtools.checkpoints import CheckpointReader
 from src.devtools.common import EXIT_BAD_INPUT, EXIT_INCOMPATIBLE, DevtoolsError
 from src.devtools.graph_view import offline_graph
-from src.devtools.sandbox import SandboxPool
+from src.devtools.sandbox import SandboxPool, connect_like, copy_owner
 from src.devtools.turns import Turn, turn_containing
 from src.graph.main_graph import build_graph
 from src.services.factory import make_deps
 from src.services.llm_service import make_chat_model
 
-SELECT_CONVERSATION = "SELECT next_message_number FROM conversations WHERE id = %s"
+SELECT_OWNER = "SELECT telegram_user_id FROM conversations WHERE id = %s"
 REWIND_MESSAGES = "DELETE FROM messages WHERE conversation_id = %s AND number > %s"
 REWIND_NUMBER = "UPDATE conversations SET next_message_number = %s WHERE id = %s"
 
@@ -103,14 +106,20 @@ async def _copy_into_memory(saver: InMemorySaver, saved: CheckpointTuple) -> dic
     return dict(await saver.aput(parent, saved.checkpoint, saved.metadata, versions))
 
 
-async def _rewind(conn: Any, conversation_id: uuid.UUID, upto: int | None) -> int:
-    """Inside the sandbox, drop messages stored after the checkpoint; return how many."""
-    row = await (await conn.execute(SELECT_CONVERSATION, (conversation_id,))).fetchone()
+async def _owner_of(pool: AsyncConnectionPool[Any], conversation_id: uuid.UUID) -> int:
+    """Return whose conversation it is, or refuse one that no longer exists."""
+    async with pool.connection() as conn:
+        row = await (await conn.execute(SELECT_OWNER, (conversation_id,))).fetchone()
     if row is None:
         raise DevtoolsError(
             f"conversation {conversation_id} no longer exists (ended with /new?): its "
             "messages are gone, so its turns cannot be replayed"
         )
+    return int(row["telegram_user_id"])
+
+
+async def _rewind(conn: Any, conversation_id: uuid.UUID, upto: int | None) -> int:
+    """In the copy, drop messages stored after the checkpoint; return how many."""
     if upto is None:
         return 0
     cur = await conn.execute(REWIND_MESSAGES, (conversation_id, upto))
@@ -216,7 +225,28 @@ async def replay(
         committed=commit,
         kept_messages_upto=messages_kept(dict(target.saved.checkpoint["channel_values"])),
     )
-    async with pool.connection() as conn, conn.transaction(force_rollback=True):
+    owner_id = await _owner_of(pool, conversation_id)
+    conn = await connect_like(pool)
+    try:
+        await copy_owner(conn, owner_id)
+        await _run_on_copy(conn, reader, settings, chat, target, outcome, commit)
+    finally:
+        await conn.close()  # the copies go with it
+    return outcome
+
+
+async def _run_on_copy(
+    conn: AsyncConnection[Any],
+    reader: CheckpointReader,
+    settings: Settings,
+    chat: BaseChatModel,
+    target: _Target,
+    outcome: ReplayOutcome,
+    commit: bool,
+) -> None:
+    """Rewind the copy to the checkpoint and run the graph over it, then roll back."""
+    conversation_id = uuid.UUID(target.thread_id)
+    async with conn.transaction(force_rollback=True):
         outcome.hidden_messages = await _rewind(conn, conversation_id, outcome.kept_messages_upto)
         deps = make_deps(settings, cast(Any, SandboxPool(conn)), chat_model=chat)
         saver: BaseCheckpointSaver[Any] = reader.saver if commit else InMemorySaver()
@@ -234,4 +264,3 @@ async def replay(
             "run_name": "replay",
         }
         await _run(graph, run_config, outcome)
-    return outcome

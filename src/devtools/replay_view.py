@@ -60,11 +60,11 @@ def format_outcome(outcome: ReplayOutcome, width: int | None = None) -> str:
             f"committed: fork {outcome.fork_id} in the same thread (a copy of the checkpoint),",
             f"  the replayed turn ends at {outcome.last_checkpoint_id}; see it with",
             f"  tgagent runs show {outcome.thread_id} --checkpoint {outcome.fork_id}",
-            "  users' tables were not written (the replay's own writes were rolled back)",
+            "  users' tables were not written (the replay ran on a copy, rolled back)",
         ]
     else:
         lines.append(
-            "dry run: nothing was written (users' tables rolled back, checkpoints kept in memory)"
+            "dry run: nothing was written (users' tables copied, checkpoints kept in memory)"
         )
     lines.append("")
     if rec is not None:

@@ -137,8 +137,10 @@ class AgentService:
     async def handle_message(self, identity: Identity, text: str) -> TurnResult:
         """Store the user's message, run the graph, and return the reply.
 
-        The reply is returned as soon as it is stored; the summarizer goes on in the
-        background, still holding the owner's turn lock.
+        The reply is returned as soon as it is stored; the memory work after it (facts,
+        summary) goes on in the background under the owner's turn lock, and gives way:
+        the owner's next turn or command cancels it after a short grace (GIVE_WAY_AFTER),
+        and a later turn redoes it.
         """
         refusal = self.check_input(text, identity.language_code)
         if refusal is not None:
@@ -174,6 +176,12 @@ class AgentService:
             logger.exception("turn of %s failed", identity.owner_id)
             if not result.done():
                 result.set_result(TurnResult(t("internal_error", lang), ok=False))
+        except asyncio.CancelledError:
+            # After the reply: its memory work gave way (locks.give_way). Before it: the
+            # service is shutting down, and the caller must not wait forever.
+            if not result.done():
+                result.cancel()
+            raise
         finally:
             # Embeddings of the turn's messages are made after it, outside its lock.
             if self.embeddings is not None and progress["stored"]:
@@ -215,6 +223,9 @@ class AgentService:
                     if node == "save_response":
                         outcome.ms = (time.perf_counter() - started) * 1000
                         result.set_result(outcome)
+                        # What is left (facts, summary) marks messages only with its
+                        # result: the owner's next turn may cancel it and redo it later.
+                        self.locks.give_way(identity.owner_id)
         except ModelFailure as exc:
             logger.warning("model failure in a turn of %s: %s", identity.owner_id, exc)
             if not result.done():

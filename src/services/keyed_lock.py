@@ -32,6 +32,12 @@ class KeyedLock:
             if not self._holders[key]:
                 del self._holders[key], self._locks[key]
 
+    def waiting(self, key: int) -> int:
+        """Return how many callers wait for the key's lock (its holder not counted)."""
+        count = self._holders.get(key, 0)
+        lock = self._locks.get(key)
+        return count - 1 if lock is not None and lock.locked() else count
+
     def __len__(self) -> int:
         """Return how many keys have work running or waiting."""
         return len(self._locks)

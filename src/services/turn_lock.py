@@ -1,4 +1,14 @@
-"""Run one turn at a time per memory owner: an asyncio lock in-process, a lease in Postgres."""
+"""Run one turn at a time per memory owner: an asyncio lock in-process, a lease in Postgres.
+
+The memory work after a reply (summary, facts) runs under the same lock but gives way:
+when the owner's next turn, `/new`, `/forget` or `/compress` arrives in this process, that
+work gets GIVE_WAY_AFTER seconds to finish and is then cancelled rather than waited for
+(see `TurnLocks.give_way`). It marks each message only in the transaction that stores
+what was made of it, so a cancelled run loses nothing and a later turn redoes it. A turn
+of another process that finds the lease held marks it wanted (`turn_leases.wanted`); the
+work that gave way polls that mark and then gives way the same, so that turn waits about
+as long plus a poll interval.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +27,13 @@ from src.services.keyed_lock import KeyedLock
 
 logger = logging.getLogger(__name__)
 
+# Seconds the memory work after a reply may go on once the owner's next turn waits: enough
+# for a summary model that answers at once (so a user who types fast still gets summaries
+# in step), short enough that nobody notices the wait for one that does not.
+GIVE_WAY_AFTER = 1.0
+# How often work that gave way looks whether a turn of another process wants the lease.
+WANTED_POLL = 0.25
+
 # Leases commit without waiting for their WAL flush (synchronous_commit off for this
 # statement's transaction only): the turn's next write, the user's message, is a normal
 # commit and flushes the lease with it, so a turn waits for one flush instead of two.
@@ -24,7 +41,8 @@ ACQUIRE = """
 INSERT INTO turn_leases (owner_id, holder, expires_at)
 SELECT %s, %s, now() + make_interval(secs => %s)
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
-ON CONFLICT (owner_id) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+ON CONFLICT (owner_id) DO UPDATE
+SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at, wanted = false
 WHERE turn_leases.expires_at < now() OR turn_leases.holder = EXCLUDED.holder
 RETURNING holder
 """
@@ -34,10 +52,13 @@ WHERE owner_id = %s AND holder = %s
 """
 HOLDER = "SELECT holder FROM turn_leases WHERE owner_id = %s"
 TAKE_OVER = """
-UPDATE turn_leases SET holder = %s, expires_at = now() + make_interval(secs => %s)
+UPDATE turn_leases SET holder = %s, expires_at = now() + make_interval(secs => %s), wanted = false
 WHERE owner_id = %s AND holder = %s
 RETURNING holder
 """
+# A turn of another process waits for the lease: ask its holder to give way.
+WANT = "UPDATE turn_leases SET wanted = true WHERE owner_id = %s AND holder <> %s AND NOT wanted"
+WANTED = "SELECT wanted FROM turn_leases WHERE owner_id = %s AND holder = %s"
 RELEASE = """
 DELETE FROM turn_leases USING (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
 WHERE owner_id = %s AND holder = %s
@@ -71,17 +92,28 @@ def _process_gone(holder: str) -> bool:
 class TurnLocks:
     """Serialize turns per owner id within this process and across processes."""
 
-    def __init__(self, pool: AsyncConnectionPool[Any], lease_seconds: float = 120.0) -> None:
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[Any],
+        lease_seconds: float = 120.0,
+        give_way_after: float = GIVE_WAY_AFTER,
+    ) -> None:
         self.pool = pool
         self.lease_seconds = lease_seconds
+        self.give_way_after = give_way_after
         # One holder name per process: the asyncio lock already serializes this process's
         # turns, so a lease this process failed to release (database restart) is simply
         # taken over by its next turn instead of blocking the owner until it expires.
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._local = KeyedLock()
+        # Per owner, the holder task whose remaining work may be cancelled (give_way),
+        # and the timer that cancels it once someone waits.
+        self._yielding: dict[int, asyncio.Task[Any]] = {}
+        self._timers: dict[int, asyncio.TimerHandle] = {}
+        self._watchers: dict[int, asyncio.Task[None]] = {}
 
     async def _acquire_lease(self, owner_id: int, holder: str) -> None:
-        delay = 0.01
+        delay, asked = 0.01, False
         while True:
             async with self.pool.connection() as conn:
                 cur = await conn.execute(ACQUIRE, (owner_id, holder, self.lease_seconds))
@@ -89,6 +121,9 @@ class TurnLocks:
                     return
                 if await self._take_over_from_the_dead(conn, owner_id, holder):
                     return
+                if not asked:
+                    await conn.execute(WANT, (owner_id, holder))
+                    asked = True
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.25)
 
@@ -113,9 +148,76 @@ class TurnLocks:
             except Exception:
                 logger.warning("could not renew the turn lease of %s", owner_id, exc_info=True)
 
+    def give_way(self, owner_id: int) -> None:
+        """Let the owner's next holder cancel the rest of the current task's work.
+
+        For the memory work after a reply, which loses nothing when cancelled. Once a
+        holder waits (already, or later), the work has `give_way_after` seconds left.
+        """
+        task = asyncio.current_task()
+        if task is None:
+            return
+        self._yielding[owner_id] = task
+        if self._local.waiting(owner_id):
+            self._interrupt_soon(owner_id)
+        else:
+            self._watchers[owner_id] = asyncio.create_task(self._watch_lease(owner_id))
+
+    async def _watch_lease(self, owner_id: int) -> None:
+        """Give way once a turn of another process asks for the lease (WANT)."""
+        while True:
+            # Most memory work is over before the first look: it costs no query then.
+            await asyncio.sleep(WANTED_POLL)
+            if owner_id not in self._yielding or owner_id in self._timers:
+                return
+            try:
+                async with self.pool.connection() as conn:
+                    cur = await conn.execute(WANTED, (owner_id, self.holder))
+                    row = await cur.fetchone()
+            except Exception:
+                logger.warning("could not read the turn lease of %s", owner_id, exc_info=True)
+                row = None
+            if row is not None and row["wanted"]:
+                self._interrupt_soon(owner_id)
+                return
+
+    def _interrupt_soon(self, owner_id: int) -> None:
+        """Cancel the owner's holder, if it gave way, unless it ends within the grace."""
+        if owner_id in self._yielding and owner_id not in self._timers:
+            loop = asyncio.get_running_loop()
+            self._timers[owner_id] = loop.call_later(self.give_way_after, self._interrupt, owner_id)
+
+    def _interrupt(self, owner_id: int) -> None:
+        self._timers.pop(owner_id, None)
+        self._stop_watching(owner_id)
+        task = self._yielding.pop(owner_id, None)
+        if task is not None and not task.done():
+            logger.info("memory work of %s after its reply cancelled for its next turn", owner_id)
+            task.cancel()
+
+    def _stop_yielding(self, owner_id: int) -> None:
+        """Forget the current task's give_way: its work is over (or was cancelled)."""
+        if self._yielding.get(owner_id) is asyncio.current_task():
+            del self._yielding[owner_id]
+            timer = self._timers.pop(owner_id, None)
+            if timer is not None:
+                timer.cancel()
+            self._stop_watching(owner_id)
+
+    def _stop_watching(self, owner_id: int) -> None:
+        watcher = self._watchers.pop(owner_id, None)
+        if watcher is not None and watcher is not asyncio.current_task():
+            watcher.cancel()
+
     @contextlib.asynccontextmanager
     async def hold(self, owner_id: int) -> AsyncIterator[None]:
-        """Hold the owner's turn lock for the duration of the block."""
+        """Hold the owner's turn lock for the duration of the block.
+
+        A holder that gave way (`give_way`) is waited for `give_way_after` seconds at
+        most, then cancelled.
+        """
+        # Before the first await: callers keep their arrival order.
+        self._interrupt_soon(owner_id)
         async with self._local.hold(owner_id):
             holder = self.holder
             await self._acquire_lease(owner_id, holder)
@@ -123,6 +225,8 @@ class TurnLocks:
             try:
                 yield
             finally:
+                # Before any await: a cancel meant for the work must not cut the release.
+                self._stop_yielding(owner_id)
                 renew.cancel()
                 try:
                     async with self.pool.connection() as conn:

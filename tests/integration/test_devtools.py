@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +20,7 @@ from src.devtools.prune import prune_checkpoints
 from src.devtools.replay import replay
 from src.devtools.replay_view import format_outcome, outcome_json
 from src.devtools.runs import detail_json, format_turn_detail, format_turn_list, turn_detail
-from src.devtools.sandbox import SandboxPool
+from src.devtools.sandbox import OWNER_ROWS, SandboxPool, connect_like, copy_owner
 from src.devtools.turns import Turn
 from src.graph.main_graph import NODE_NAMES
 from src.services.agent_service import Identity
@@ -259,6 +262,40 @@ async def test_replay_commit_forks_the_thread_and_keeps_users_tables(
     assert result.ok and result.reply == "still fine"
 
 
+async def test_a_live_turn_does_not_wait_for_a_replay(
+    seeded: Seeded, pool: AsyncConnectionPool[Any], llm: Any
+) -> None:
+    """Issue 16: the replay runs on a copy of the owner's rows, so the owner's live turn
+    beside a replay whose model takes 5 seconds is answered at once."""
+    turns = await _alice_turns(pool, seeded.thread)
+    asked = threading.Event()
+
+    async def slow(request: dict[str, Any]) -> str:
+        asked.set()
+        await asyncio.sleep(5)
+        return "replayed slowly"
+
+    llm.script_for("gpt-4.1-mini", slow)
+    replaying = asyncio.create_task(
+        replay(pool, make_settings(llm), seeded.thread, turns[0].head.checkpoint_id, "gpt-4.1-mini")
+    )
+    for _ in range(500):  # the replay has rewound and copied, and waits for its model
+        if asked.is_set() or replaying.done():
+            break
+        await asyncio.sleep(0.02)
+    assert asked.is_set()
+    llm.script("live answer")
+    started = time.monotonic()
+    result = await asyncio.wait_for(seeded.runtime.service.handle_message(ALICE, "Hi?"), 10)
+    assert time.monotonic() - started < 1.0 and not replaying.done()
+    assert result.ok and result.reply == "live answer"
+    outcome = await replaying
+    assert outcome.error is None and outcome.reply == "replayed slowly"
+    # The replay saw the conversation as at its checkpoint, not the live turn.
+    request = llm.requests_for("gpt-4.1-mini")[0]
+    assert not any("Hi?" in str(m.get("content")) for m in request["messages"])
+
+
 async def test_replay_refuses_end_of_turn_and_other_graph_versions(
     seeded: Seeded, pool: AsyncConnectionPool[Any], llm: Any
 ) -> None:
@@ -359,6 +396,46 @@ async def test_sandbox_pool_rolls_back_and_isolates_failures(
     async with pool.connection() as conn:
         cur = await conn.execute("SELECT count(*) AS n FROM users")
         assert (await cur.fetchone())["n"] == 0
+
+
+async def test_copy_owner_shadows_the_users_tables_with_the_owners_rows(
+    seeded: Seeded, pool: AsyncConnectionPool[Any]
+) -> None:
+    before = await snapshot(pool, USER_TABLES)
+    conn = await connect_like(pool)
+    try:
+        copied = await copy_owner(conn, ALICE.owner_id)
+        assert set(copied) >= set(USER_TABLES) - {"turn_leases"}
+        assert copied["users"] == 1 and copied["conversations"] == 1
+        cur = await conn.execute("SELECT DISTINCT owner_id FROM messages")
+        assert [r["owner_id"] for r in await cur.fetchall()] == [ALICE.owner_id]
+        assert copied["messages"] == 9  # three turns, the second with a tool call
+        await conn.execute("DELETE FROM messages")
+        await conn.execute("UPDATE users SET first_name = 'Mallory'")
+        conversation = uuid.UUID(seeded.thread)
+        await conn.execute(  # the copy's trigger still fills the search columns
+            "INSERT INTO messages (conversation_id, number, role, content)"
+            " VALUES (%s, 99, 'user', 'hello copy')",
+            (conversation,),
+        )
+        cur = await conn.execute("SELECT owner_id, search_vector IS NOT NULL AS s FROM messages")
+        assert await cur.fetchall() == [{"owner_id": ALICE.owner_id, "s": True}]
+    finally:
+        await conn.close()
+    assert await snapshot(pool, USER_TABLES) == before
+
+
+async def test_the_replay_copies_every_table_the_graph_may_write(
+    seeded: Seeded, pool: AsyncConnectionPool[Any]
+) -> None:
+    """A new users' table must join OWNER_ROWS, or a replay would write the real one."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+        )
+        tables = {r["table_name"] for r in await cur.fetchall()}
+    not_users = {"schema_versions", "turn_leases", *CHECKPOINT_TABLES, "checkpoint_migrations"}
+    assert tables - not_users == {table for table, _ in OWNER_ROWS}
 
 
 async def test_studio_factories_serve_the_graph(

@@ -6,10 +6,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from src.graph import prompts
 from src.services.agent_service import Identity
 from src.services.factory import build_runtime
 from src.storage.pg_client import make_pool
 from tests.conftest import make_settings
+from tests.fakes.memory_model import MEMORY_MODEL
+from tests.integration.test_memory_gives_way import BOUND, HANG, HangFirst
+from tests.memory_ledger import Ledger
 
 CHAT = Identity(7777, language_code="en")
 
@@ -39,6 +43,42 @@ async def test_alternating_instances_serialize_turns(fresh_schema: str, llm: Any
         assert sizes == [2 * k for k in range(12)]
     finally:
         for rt in runtimes:
+            await rt.close()
+        for p in pools:
+            await p.close()
+
+
+async def test_memory_work_gives_way_to_a_turn_of_another_instance(
+    fresh_schema: str, llm: Any
+) -> None:
+    """Issue 16: the summary model hangs (60 s) in instance A's memory work after a reply;
+    the owner's next message, handled by instance B, waits for it about a second, not 60."""
+    pools = [make_pool(fresh_schema, 1, 5) for _ in range(2)]
+    for p in pools:
+        await p.open()
+    ledger = Ledger()
+    hang = HangFirst(ledger, prompts.SUMMARIZER_SYSTEM)
+    llm.default_for(MEMORY_MODEL, hang)
+    llm.default_reply = "ok"
+    settings = make_settings(llm, max_context=2, summary_trigger=1, llm_timeout=HANG)
+    a, b = [await build_runtime(settings, pool=p) for p in pools]
+    try:
+        for i in range(6):
+            assert (await asyncio.wait_for(a.service.handle_message(CHAT, f"u{i}"), BOUND)).ok
+            drained = asyncio.ensure_future(a.service.drain())
+            while not drained.done() and not hang.hung:
+                await asyncio.sleep(0.02)
+            if hang.hung:
+                break
+        assert hang.hung
+        assert (await asyncio.wait_for(b.service.handle_message(CHAT, "u9"), BOUND)).ok
+        await asyncio.wait_for(drained, BOUND)  # A's hung work was cancelled
+        await asyncio.wait_for(b.service.drain(), BOUND)
+        assert len(hang.hung) == 1 and ledger.of_kind(prompts.SUMMARIZER_SYSTEM)
+        assert max(ledger.summarized().values(), default=0) <= 1
+    finally:
+        hang.release.set()
+        for rt in (a, b):
             await rt.close()
         for p in pools:
             await p.close()
