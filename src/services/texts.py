@@ -17,7 +17,8 @@ TEXTS: dict[str, dict[str, str]] = {
             "/mute — включить или выключить напоминания\n"
             "/memory — что я о вас помню; /memory clear — забыть факты и прошлые беседы\n"
             "/compress — сжать старую часть разговора\n"
-            "/help — эта справка"
+            "/help — эта справка\n"
+            "В группе /new, /forget, /memory clear и /compress — только для её администраторов."
         ),
         "new": "Начали новый разговор. Предыдущий стёрт.",
         "forget": "Готово: начинаем с чистого листа. История сохранена, напоминания выключены.",
@@ -103,7 +104,8 @@ TEXTS: dict[str, dict[str, str]] = {
             "/mute — turn reminders off or on\n"
             "/memory — what I remember about you; /memory clear — forget facts and past chats\n"
             "/compress — compress the older part of the conversation\n"
-            "/help — this help"
+            "/help — this help\n"
+            "In a group, /new, /forget, /memory clear and /compress are for its administrators."
         ),
         "new": "Started a new conversation. The previous one is erased.",
         "forget": "Done: a clean slate. Your history is kept, reminders are off.",
