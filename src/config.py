@@ -113,6 +113,11 @@ class Settings(BaseSettings):
     remind_check_minutes: float = Field(10.0, gt=0)
     telegram_reply_format: Literal["plain", "markdown"] = "plain"
 
+    # --- delivery: the inbox queue and its workers (issue 15) ---
+    worker_concurrency: int = Field(8, ge=1)
+    worker_stalled_seconds: float = Field(30.0, ge=2)
+    turn_wait_limit: float = Field(1800.0, gt=0)
+
     # --- devtools ---
     checkpoint_keep: int = Field(50, ge=1)
     log_level: str = "INFO"

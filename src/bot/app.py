@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from typing import Any
-from urllib.parse import urlsplit
 
 from telegram import BotCommand, BotCommandScopeDefault
 from telegram.error import TelegramError
@@ -15,6 +14,9 @@ from telegram.request import BaseRequest
 from src.bot import handlers
 from src.bot.commands import COMMANDS
 from src.bot.jobs import schedule_jobs
+from src.bot.outbox import Outbox
+from src.bot.queue import UpdateWorker
+from src.bot.receive import Receiver
 from src.bot.state import BOT_DATA_KEY, BotState, state_of
 from src.config import ConfigError, Settings
 from src.lang import RUSSIAN_READERS
@@ -25,8 +27,6 @@ from src.services.texts import t
 logger = logging.getLogger(__name__)
 
 App = Application[Any, Any, Any, Any, Any, Any]
-# Only what the handlers deal with; edits and channel posts are answered with silence.
-ALLOWED_UPDATES = ["message", "edited_message", "channel_post", "edited_channel_post"]
 FLOOD_RETRIES = 3  # times a request is retried after Telegram's 429 retry_after
 # httpcore re-examines every pooled connection on each request, in quadratic time, so the
 # 256 connections PTB allows make a burst of replies cost more per reply the bigger it is.
@@ -64,6 +64,8 @@ def build_application(
     if settings.telegram_api_base_url:
         base = settings.telegram_api_base_url
         builder = builder.base_url(base).base_file_url(file_base_url(base))
+    # Updates come through the inbox (src/bot/receive.py), not PTB's updater.
+    builder = builder.updater(None)
     if request is not None:
         builder = builder.request(request).get_updates_request(request)
     else:
@@ -101,6 +103,7 @@ async def _post_init(app: App) -> None:
         state.runtime = await build_runtime(state.settings)
         state.owns_runtime = True
     state.reminders = ReminderService(state.runtime.deps, state.runtime.service.locks)
+    state.sender = Outbox(state.runtime.deps.delivery, on_blocked=state.reminders_gone)
     if state.access.open:
         logger.warning(
             "the bot is open to everyone: set ALLOWED_USER_IDS or ADMIN_USER_IDS to close it"
@@ -117,48 +120,46 @@ async def _post_shutdown(app: App) -> None:
         state.runtime, state.owns_runtime = None, False
 
 
-async def _start_updates(app: App, settings: Settings) -> None:
-    """Start receiving updates: a webhook when WEBHOOK_URL is set, else long polling."""
-    assert app.updater is not None
-    if not settings.webhook_url:
-        await app.updater.start_polling(allowed_updates=ALLOWED_UPDATES)
-        logger.info("polling for updates")
-        return
-    secret = settings.webhook_secret_token
-    if secret is None:
-        logger.warning("WEBHOOK_SECRET_TOKEN is not set: anyone who knows the URL can post")
-    await app.updater.start_webhook(
-        listen=settings.webhook_listen,
-        port=settings.webhook_port,
-        url_path=urlsplit(settings.webhook_url).path.lstrip("/"),
-        webhook_url=settings.webhook_url,
-        secret_token=secret.get_secret_value() if secret else None,
-        allowed_updates=ALLOWED_UPDATES,
-    )
-    logger.info(
-        "webhook on %s:%d for %s",
-        settings.webhook_listen,
-        settings.webhook_port,
-        urlsplit(settings.webhook_url).netloc,
-    )
+async def serve(app: App, stop: asyncio.Event, *, receive: bool = True, work: bool = True) -> None:
+    """Run the bot until `stop` is set, then stop it cleanly.
 
-
-async def serve(app: App, stop: asyncio.Event) -> None:
-    """Run the bot until `stop` is set, then stop it cleanly (as `run_polling` would).
-
-    `run_polling`/`run_webhook` own their event loop; this runs inside the caller's.
+    `receive`: take updates from Telegram (a webhook when WEBHOOK_URL is set, else long
+    polling) into the inbox. `work`: run the inbox's jobs (turns, commands) and the
+    periodic jobs. `tgagent bot` does both; `tgagent worker` only works.
     """
-    settings = state_of(app).settings
+    state = state_of(app)
     await app.initialize()
+    tasks: list[asyncio.Task[None]] = []
     try:
         if app.post_init is not None:
             await app.post_init(app)
-        await _start_updates(app, settings)
         await app.start()
-        await stop.wait()
+        assert state.runtime is not None
+        if work:
+            dsn = state.runtime.pool.conninfo
+            assert isinstance(dsn, str)  # make_pool is given a string
+            state.worker = UpdateWorker(app, state, dsn)
+            tasks.append(asyncio.create_task(state.worker.run(stop), name="worker"))
+        if receive:
+            state.receiver = receiver = Receiver(app, state)
+            receiving = (
+                receiver.serve_webhook(stop) if state.settings.webhook_url else receiver.poll(stop)
+            )
+            tasks.append(asyncio.create_task(receiving, name="receiver"))
+        stopping = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait({stopping, *tasks}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        for task in done:
+            if task is not stopping and task.exception() is not None:
+                stop.set()  # one part failed (a refused token...): stop the others
+                await asyncio.gather(*tasks, return_exceptions=True)
+                task.result()
+        await asyncio.gather(*tasks)
     finally:
-        if app.updater is not None and app.updater.running:
-            await app.updater.stop()
+        stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if state.receiver is not None:
+            await state.receiver.close()
         if app.running:
             await app.stop()
         await app.shutdown()

@@ -21,11 +21,21 @@ def register(sub: Any, db_sub: Any) -> None:
         help="run the Telegram bot (polling, or a webhook when WEBHOOK_URL is set)",
         description="Run the Telegram bot until SIGINT/SIGTERM. Needs TELEGRAM_BOT_TOKEN.",
     )
-    parser.set_defaults(handler=run_bot)
+    parser.set_defaults(handler=run_bot, receive=True)
+    worker = sub.add_parser(
+        "worker",
+        help="only work: answer the updates `tgagent bot` (or a webhook receiver) stored",
+        description=(
+            "Run the inbox's jobs (turns, commands) and the periodic jobs until SIGINT/SIGTERM,"
+            " without receiving updates: start any number of them, on any machine sharing"
+            " DATABASE_URL. Needs TELEGRAM_BOT_TOKEN (it sends the replies)."
+        ),
+    )
+    worker.set_defaults(handler=run_bot, receive=False)
 
 
 async def run_bot(args: argparse.Namespace, settings: Settings) -> int:
-    """Run the bot; return the exit code."""
+    """Run the bot (or only a worker, `args.receive` false); return the exit code."""
     if settings.telegram_bot_token is None:
         print(  # noqa: T201
             "tgagent: TELEGRAM_BOT_TOKEN is not set: get a token from @BotFather and put "
@@ -43,7 +53,7 @@ async def run_bot(args: argparse.Namespace, settings: Settings) -> int:
         with contextlib.suppress(NotImplementedError):  # not on Windows
             loop.add_signal_handler(sig, stop.set)
     try:
-        await serve(app, stop)
+        await serve(app, stop, receive=getattr(args, "receive", True))
     except InvalidToken:
         print("tgagent: Telegram rejected TELEGRAM_BOT_TOKEN", file=sys.stderr)  # noqa: T201
         return 2

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import logging
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
-from telegram import Update
+from telegram import Bot, Update
 from telegram.constants import ChatType
 from telegram.error import Forbidden, RetryAfter, TelegramError
 from telegram.ext import (
@@ -27,51 +30,84 @@ from src.bot.chats import (
 )
 from src.bot.commands import COMMANDS, Context, cmd_unknown, lang_of_message, message_of, say
 from src.bot.sending import reply_text, typing
-from src.bot.state import state_of
+from src.bot.state import BotState, state_of
+from src.services.agent_service import DB_ERRORS
 from src.services.texts import t
+from src.storage.delivery_repo import Delivery
 
 logger = logging.getLogger(__name__)
 
 
-# --- the gate: runs first for every update -------------------------------------------------
+# --- the gate: runs where updates arrive, and again before every update is handled -----
+
+# Set while the queue's worker handles an update the receiver admitted (and counted
+# against the rate limit) when it stored it: the gate then does not count it again.
+ADMITTED: ContextVar[bool] = ContextVar("admitted", default=False)
 
 
-async def gate(update: object, context: Context) -> None:
-    """Let through only new messages meant for the bot, from allowed users, within the limit.
+@dataclass(frozen=True)
+class Verdict:
+    """Whether an update goes on, and what to tell its sender when it does not."""
 
-    Runs before every other handler and before anything is stored: edited messages,
-    channel posts, service messages, other bots and group chatter not addressed to the bot
-    end here in silence; refused users get one polite sentence.
+    accept: bool
+    answer: str | None = None
+
+
+IGNORE = Verdict(False)
+ACCEPT = Verdict(True)
+
+
+def admission(update: object, bot: Bot, state: BotState, *, count: bool = True) -> Verdict:
+    """Decide whether an update is a new message meant for the bot, from an allowed user,
+    within the rate limit (`count`: spend one of the sender's messages).
+
+    Runs before anything is stored: edited messages, channel posts, service messages,
+    other bots and group chatter not addressed to the bot are ignored; refused users get
+    one polite sentence.
     """
     if not isinstance(update, Update) or update.message is None:
-        raise ApplicationHandlerStop
+        return IGNORE
     message = update.message
     if message.from_user is None or filters.StatusUpdate.ALL.check_update(update):
-        raise ApplicationHandlerStop
+        return IGNORE
     # Other bots are ignored (no bot-to-bot loops), except a group's anonymous admin.
     if message.from_user.is_bot and not is_anonymous_admin(message):
-        raise ApplicationHandlerStop
-    if not is_addressed(message, context.bot.username, context.bot.id):
-        raise ApplicationHandlerStop
-    state, user, lang = state_of(context), message.from_user, message.from_user.language_code
+        return IGNORE
+    if not is_addressed(message, bot.username, bot.id):
+        return IGNORE
+    user, lang = message.from_user, message.from_user.language_code
     # The allowlist first: a stranger is told "not allowed", and spends no one's window.
     if not state.access.allows(user.id, message.chat.id):
         logger.info("refused user %s in chat %s", user.id, message.chat.id)
-        await say(message, t("not_allowed", lang))
-        raise ApplicationHandlerStop
-    if not state.access.is_admin(user.id) and not state.limiter.allow(user.id):
+        return Verdict(False, t("not_allowed", lang))
+    if count and not state.access.is_admin(user.id) and not state.limiter.allow(user.id):
         logger.debug("rate limit: dropping a message of user %s", user.id)
         if state.limiter.should_notify(user.id):
             logger.info("user %s is over the rate limit", user.id)
-            await say(message, t("rate_limited", lang))
-        raise ApplicationHandlerStop
+            return Verdict(False, t("rate_limited", lang))
+        return IGNORE
+    return ACCEPT
+
+
+async def gate(update: object, context: Context) -> None:
+    """Stop every update `admission` refuses, telling the sender why where it should."""
+    verdict = admission(update, context.bot, state_of(context), count=not ADMITTED.get())
+    if verdict.accept:
+        return
+    if verdict.answer is not None and isinstance(update, Update) and update.message:
+        await say(update.message, verdict.answer)
+    raise ApplicationHandlerStop
 
 
 # --- messages ------------------------------------------------------------------------------
 
 
 async def on_text(update: Update, context: Context) -> None:
-    """A text (or a caption): one turn of the conversation, "typing..." while it runs."""
+    """A text (or a caption): one turn of the conversation, "typing..." while it runs.
+
+    The reply goes through the outbox: stored (with the turn's reply, in one
+    transaction), then sent until Telegram accepts or finally refuses it.
+    """
     message = message_of(update)
     state, lang = state_of(context), lang_of_message(message)
     text = turn_text(message, context.bot.username)
@@ -79,12 +115,37 @@ async def on_text(update: Update, context: Context) -> None:
     if refusal is not None:
         await say(message, refusal)
         return
-    async with state.order.hold(message.chat_id), typing(message):
-        result = await state.service.handle_message(
-            identity_of(message), group_turn_text(message, text)
-        )
-        fmt = state.settings.telegram_reply_format if result.ok else "plain"
-        await reply_text(message, result.reply, fmt, quote=not is_private(message))
+    delivery = Delivery(
+        update.update_id,
+        message.chat_id,
+        message.message_thread_id if message.is_topic_message else None,
+        None if is_private(message) else message.message_id,
+        state.settings.telegram_reply_format,
+    )
+    identity, said = identity_of(message), group_turn_text(message, text)
+    async with state.order.hold(message.chat_id):
+        waited = (datetime.now(UTC) - message.date).total_seconds()
+        if waited > state.settings.turn_wait_limit:
+            # Kept in the history for later turns, but too stale to answer now.
+            await state.service.remember(identity, said)
+            await say(message, t("waited_too_long", lang, minutes=round(waited / 60)))
+            return
+        async with typing(message):
+            result = await state.service.handle_message(identity, said, delivery=delivery)
+        if not result.ok:
+            delivery = replace(delivery, fmt="plain")
+        repo = state.service.deps.delivery
+        try:
+            # Stored already with the reply (save_response), unless the turn failed.
+            await repo.add_reply(delivery, result.reply)
+            reply = await repo.reply(update.update_id)
+        except DB_ERRORS:
+            logger.error("outbox unavailable: the reply to %s goes unstored", update.update_id)
+            await reply_text(message, result.reply, delivery.fmt, quote=not is_private(message))
+            return
+        if reply is not None and await state.outbox.deliver(context.bot, reply) == "rejected":
+            # Telegram refused the reply itself (logged with its reason): say so.
+            await say(message, t("internal_error", lang))
 
 
 async def on_other(update: Update, context: Context) -> None:

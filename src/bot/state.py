@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from src.bot.access import AccessPolicy, GroupAdmins, RateLimiter
 from src.config import Settings
@@ -11,6 +11,11 @@ from src.services.agent_service import AgentService
 from src.services.factory import Runtime
 from src.services.keyed_lock import KeyedLock
 from src.services.reminders import ReminderService
+
+if TYPE_CHECKING:
+    from src.bot.outbox import Outbox
+    from src.bot.queue import UpdateWorker
+    from src.bot.receive import Receiver
 
 BOT_DATA_KEY = "tgagent"
 
@@ -36,6 +41,9 @@ class BotState:
     reminders: ReminderService | None = None
     order: ChatOrder = field(default_factory=ChatOrder)
     group_admins: GroupAdmins = field(default_factory=GroupAdmins)
+    sender: Outbox | None = None
+    receiver: Receiver | None = None
+    worker: UpdateWorker | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, runtime: Runtime | None = None) -> BotState:
@@ -53,6 +61,27 @@ class BotState:
         if self.runtime is None:
             raise RuntimeError("the bot's runtime is not started (post_init has not run)")
         return self.runtime.service
+
+    @property
+    def outbox(self) -> Outbox:
+        """Return the outbox; the runtime must be started."""
+        if self.sender is None:
+            raise RuntimeError("the bot's runtime is not started (post_init has not run)")
+        return self.sender
+
+    async def reminders_gone(self, chat_id: int, reason: str) -> None:
+        """A private chat refuses the bot's messages: stop reminding its user."""
+        if chat_id > 0 and self.reminders is not None:
+            await self.reminders.recipient_gone(chat_id, reason)
+
+    def ready(self) -> bool:
+        """Tell whether what this process runs (receiving, working) has started."""
+        parts = [p for p in (self.receiver, self.worker) if p is not None]
+        if self.receiver is not None and not self.receiver.receiving.is_set():
+            return False
+        if self.worker is not None and not self.worker.running.is_set():
+            return False
+        return bool(parts)
 
 
 def state_of(holder: Any) -> BotState:

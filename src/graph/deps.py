@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -13,6 +14,7 @@ from src.embeddings import Embedder
 from src.graph.memory.structured import JsonAnswers
 from src.graph.tokens import ApproxCounter, TokenCounter
 from src.storage.conversation_repo import ConversationRepository
+from src.storage.delivery_repo import DeliveryRepository
 from src.storage.memory_repo import MemoryRepository
 from src.storage.search_repo import SearchRepository
 from src.storage.users_repo import UsersRepository
@@ -39,3 +41,8 @@ class GraphDeps:
     clock: Callable[[], datetime] = utc_now
     counter: TokenCounter = field(default_factory=ApproxCounter)
     json_answers: JsonAnswers = field(default_factory=JsonAnswers)
+
+    @functools.cached_property
+    def delivery(self) -> DeliveryRepository:
+        """The inbox and outbox, over the same pool (save_response stores replies there)."""
+        return DeliveryRepository(self.conversations.pool)

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 import psycopg
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from psycopg_pool import PoolTimeout
@@ -23,6 +24,7 @@ from src.graph.output_caps import was_cut
 from src.graph.tokens import count_tools
 from src.lang import lang_of
 from src.storage.base import clean_json
+from src.storage.delivery_repo import Delivery
 
 logger = logging.getLogger(__name__)
 
@@ -226,12 +228,18 @@ class Nodes:
         records.append(_record("system", "Tools used: " + ", ".join(used)))
         return {"tools_used": used, "tool_records": records}
 
-    async def save_response(self, state: ConversationState) -> dict[str, Any]:
+    async def save_response(
+        self, state: ConversationState, config: RunnableConfig
+    ) -> dict[str, Any]:
         """Persist the turn's tool records and reply, and advance seed 000's counter.
 
-        All in one transaction. If it fails, the reply is still returned to be sent: the
-        user's message is stored, and the answer they waited for is not lost with it.
+        All in one transaction, with the reply's outbox row when the turn answers a
+        Telegram update (`configurable.delivery`): a crash after it resends the stored
+        reply instead of running the turn again. If it fails, the reply is still
+        returned to be sent: the user's message is stored, and the answer they waited
+        for is not lost with it.
         """
+        delivery = (config.get("configurable") or {}).get("delivery")
         reply = reply_text(state["messages"][-1])
         records = state.get("tool_records") or []
         stored = 1 + len(records) + 1
@@ -255,6 +263,10 @@ class Nodes:
                     await self.deps.users.advance_active_messages_count(
                         state["user_id"], stored, conn=conn
                     )
+                    if delivery is not None:
+                        await self.deps.delivery.add_reply(
+                            Delivery.from_config(delivery), reply, conn=conn
+                        )
         except (psycopg.Error, PoolTimeout):
             logger.error(
                 "storing the reply of %s failed; sending it unstored",

@@ -23,6 +23,7 @@ from src.graph.timestamps import stamp
 from src.services.embedding_worker import EmbeddingWorker
 from src.services.texts import t
 from src.services.turn_lock import TurnLocks
+from src.storage.delivery_repo import Delivery
 
 logger = logging.getLogger(__name__)
 
@@ -134,8 +135,15 @@ class AgentService:
             return t("too_long", language, size=len(text), limit=self.settings.max_input_chars)
         return None
 
-    async def handle_message(self, identity: Identity, text: str) -> TurnResult:
+    async def handle_message(
+        self, identity: Identity, text: str, delivery: Delivery | None = None
+    ) -> TurnResult:
         """Store the user's message, run the graph, and return the reply.
+
+        With a `delivery` (a Telegram update from the inbox), the stored message is
+        linked to the update and the reply is stored in the outbox in the reply's own
+        transaction; the same update run again (its worker died) reuses the stored
+        message instead of storing it twice.
 
         The reply is returned as soon as it is stored; the memory work after it (facts,
         summary) goes on in the background under the owner's turn lock, and gives way:
@@ -147,13 +155,17 @@ class AgentService:
             return TurnResult(refusal, ok=False, stored=False)
         loop = asyncio.get_running_loop()
         result: asyncio.Future[TurnResult] = loop.create_future()
-        task = asyncio.create_task(self._run_turn(identity, text, result))
+        task = asyncio.create_task(self._run_turn(identity, text, result, delivery))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         return await asyncio.shield(result)
 
     async def _run_turn(
-        self, identity: Identity, text: str, result: asyncio.Future[TurnResult]
+        self,
+        identity: Identity,
+        text: str,
+        result: asyncio.Future[TurnResult],
+        delivery: Delivery | None = None,
     ) -> None:
         started = time.perf_counter()
         lang = identity.language_code
@@ -165,7 +177,7 @@ class AgentService:
                 await self.deps.users.get_or_create(
                     identity.owner_id, identity.username, identity.first_name, lang
                 )
-                await self._turn_locked(identity, text, result, started, progress)
+                await self._turn_locked(identity, text, result, started, progress, delivery)
         except DB_ERRORS:
             logger.error("database unavailable for a turn of %s", identity.owner_id, exc_info=True)
             if not result.done():
@@ -194,16 +206,22 @@ class AgentService:
         result: asyncio.Future[TurnResult],
         started: float,
         progress: dict[str, bool],
+        delivery: Delivery | None = None,
     ) -> None:
         deps, lang = self.deps, identity.language_code
         now = deps.clock()
-        # One checkout for both: each costs the pool's connection check.
+        # One checkout for all: each costs the pool's connection check.
         async with deps.conversations.pool.connection() as conn:
             conversation = await deps.conversations.current(identity.owner_id, conn=conn)
             conversation_id = uuid.UUID(str(conversation["id"]))
-            row = await deps.conversations.append_message(
-                conversation_id, "user", stamp(text, now, self.settings), conn=conn
-            )
+            row = await self._stored_before(delivery, conversation_id, conn)
+            if row is None:
+                async with conn.transaction():
+                    row = await deps.conversations.append_message(
+                        conversation_id, "user", stamp(text, now, self.settings), conn=conn
+                    )
+                    if delivery is not None:
+                        await deps.delivery.record_message(delivery.update_id, row["id"], conn)
         progress["stored"] = True
         if self.compactor is not None and session_over(
             conversation, now, self.settings.session_idle_minutes
@@ -214,7 +232,10 @@ class AgentService:
                 identity.owner_id, conversation_id, until=conversation["last_message_at"]
             )
         state = turn_input(identity.owner_id, str(conversation_id), row, lang)
-        config = {"configurable": {"thread_id": str(conversation_id)}, "run_name": "turn"}
+        configurable: dict[str, Any] = {"thread_id": str(conversation_id)}
+        if delivery is not None:
+            configurable["delivery"] = delivery.as_config()
+        config = {"configurable": configurable, "run_name": "turn"}
         outcome = TurnResult("", conversation_id=str(conversation_id))
         try:
             async for update in self.graph.astream(state, config, stream_mode="updates"):
@@ -247,6 +268,34 @@ class AgentService:
             outcome.context_tokens,
             outcome.ms,
         )
+
+    async def _stored_before(
+        self, delivery: Delivery | None, conversation_id: uuid.UUID, conn: Any
+    ) -> dict[str, Any] | None:
+        """Return the user's message an earlier run of this update stored, if any."""
+        if delivery is None:
+            return None
+        message_id = await self.deps.delivery.stored_message_id(delivery.update_id, conn)
+        if message_id is None:
+            return None
+        row = await self.deps.conversations.message(conversation_id, message_id, conn)
+        if row is not None:
+            logger.info("update %s runs again on its stored message", delivery.update_id)
+        return row
+
+    async def remember(self, identity: Identity, text: str) -> None:
+        """Store a user's message without answering it (it waited too long for a turn)."""
+        deps = self.deps
+        await deps.users.get_or_create(
+            identity.owner_id, identity.username, identity.first_name, identity.language_code
+        )
+        async with self.locks.hold(identity.owner_id):
+            conversation = await deps.conversations.current(identity.owner_id)
+            await deps.conversations.append_message(
+                uuid.UUID(str(conversation["id"])),
+                "user",
+                stamp(text, deps.clock(), self.settings),
+            )
 
     @staticmethod
     def _collect(outcome: TurnResult, node: str, values: dict[str, Any]) -> None:

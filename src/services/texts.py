@@ -42,6 +42,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "или добавьте подпись.",
         "not_allowed": "Извините, этот бот доступен только ограниченному кругу пользователей.",
         "rate_limited": "Слишком много сообщений подряд. Подождите минуту и продолжите.",
+        "waited_too_long": (
+            "Это сообщение ждало ответа {minutes} мин. — слишком долго, чтобы отвечать на него"
+            " сейчас. Я сохранил его в истории; если вопрос ещё актуален, напишите его снова."
+        ),
         "group_admins_only": "В группе эту команду может выполнить только администратор группы.",
         "reminder": "Давно не общались! Если захотите продолжить — просто напишите.",
         # --- Telegram bot (src/bot) ---
@@ -129,6 +133,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "or add a caption.",
         "not_allowed": "Sorry, this bot is available only to a limited set of users.",
         "rate_limited": "Too many messages in a row. Please wait a minute.",
+        "waited_too_long": (
+            "This message waited {minutes} min for an answer, too long to answer it now."
+            " I kept it in the history; if it still matters, send it again."
+        ),
         "group_admins_only": "In a group, only the group's administrators can use this command.",
         "reminder": "It's been a while! Just write if you'd like to continue.",
         # --- Telegram bot (src/bot) ---

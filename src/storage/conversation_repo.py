@@ -44,6 +44,10 @@ DELETE FROM messages WHERE id IN (
     ORDER BY created_at DESC, id DESC OFFSET %s
 ) AND summarized AND facts_extracted
 """
+MESSAGE = """
+SELECT id, number, role, content, created_at, meta, summarized, facts_extracted
+FROM messages WHERE id = %s AND conversation_id = %s AND squashed_at IS NULL
+"""
 # Uses messages_conv_live_idx: cost depends on `limit`, not on the history's length.
 LOAD_LAST_MESSAGES = """
 SELECT * FROM (
@@ -172,6 +176,14 @@ class ConversationRepository(Repository):
             if self.max_storage > 0 and row["number"] > self.max_storage:
                 await c.execute(TRIM_STORAGE, (conversation_id, self.max_storage))
             return row
+
+    async def message(
+        self, conversation_id: uuid.UUID, message_id: int, conn: Conn | None = None
+    ) -> dict[str, Any] | None:
+        """Return one live message of the conversation, as `append_message` returns it."""
+        async with self._conn(conn) as c:
+            cur = await c.execute(MESSAGE, (message_id, conversation_id))
+            return await cur.fetchone()
 
     async def load_last_messages(
         self, conversation_id: uuid.UUID, limit: int = 30, conn: Conn | None = None

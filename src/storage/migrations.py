@@ -1,7 +1,9 @@
 """Apply the numbered SQL files in order, once each, under an advisory lock.
 
 The files live in `src/storage/sql/` and ship inside the package (package data), so an
-installed wheel migrates as a source checkout does.
+installed wheel migrates as a source checkout does. The job queue's schema is
+procrastinate's own (`procrastinate/sql/schema.sql`, read from the installed package) and
+runs as migration 0011, between our files.
 """
 
 from __future__ import annotations
@@ -39,11 +41,30 @@ class MigrationsMissing(RuntimeError):
 
 @dataclass(frozen=True)
 class Migration:
-    """One numbered SQL file."""
+    """One numbered SQL file, or a schema another package ships (`path` None)."""
 
     version: int
     name: str
-    path: Path
+    path: Path | None
+
+    def sql(self) -> str:
+        """Return the migration's SQL text."""
+        if self.path is None:
+            return procrastinate_schema()
+        return self.path.read_text(encoding="utf-8")
+
+
+# The job queue (procrastinate, pinned to one minor version in pyproject.toml: its schema
+# and its migrations between versions are its own). A later upgrade adds a numbered file
+# with procrastinate's migrations for the versions in between.
+QUEUE_SCHEMA = Migration(11, "0011_procrastinate_schema", None)
+
+
+def procrastinate_schema() -> str:
+    """Return the job queue's schema, as the installed procrastinate ships it."""
+    from procrastinate.schema import SchemaManager
+
+    return str(SchemaManager.get_schema())
 
 
 def discover(sql_dir: Path | None = None) -> list[Migration]:
@@ -58,6 +79,8 @@ def discover(sql_dir: Path | None = None) -> list[Migration]:
         if version in found:
             raise RuntimeError(f"two migrations numbered {version:04d} in {sql_dir}")
         found[version] = Migration(version, path.name, path)
+    if found and QUEUE_SCHEMA.version not in found:
+        found[QUEUE_SCHEMA.version] = QUEUE_SCHEMA
     return [found[v] for v in sorted(found)]
 
 
@@ -96,7 +119,7 @@ async def migrate(pool: AsyncConnectionPool[Any], sql_dir: Path | None = None) -
                 if mig.version in done:
                     continue
                 async with conn.transaction():
-                    await conn.execute(mig.path.read_text(encoding="utf-8").encode(), prepare=False)
+                    await conn.execute(mig.sql().encode(), prepare=False)
                     await conn.execute(INSERT_VERSION, (mig.version, mig.name))
                 applied.append(mig.name)
                 logger.info("applied migration %s", mig.name)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from src.bot.app import build_application, serve
+from src.bot.state import state_of
 from src.services.factory import Runtime
 from tests.fakes.bot_api_server import FakeBotAPI
 
@@ -64,7 +65,7 @@ def tg(tg_server: FakeBotAPI) -> FakeBotAPI:
 async def wait_until_running(bot: RunningBot, timeout: float = 15.0) -> None:
     """Wait until the application is receiving updates (or failed to start)."""
     deadline = time.monotonic() + timeout
-    while not (bot.app.running and bot.app.updater.running):
+    while not (bot.app.running and state_of(bot.app).ready()):
         if bot.task.done():
             bot.task.result()  # raises what made it fail
             raise RuntimeError("the bot stopped during start")

@@ -247,6 +247,9 @@ async def test_a_user_who_blocked_the_bot_costs_nothing_but_a_log_line(
     assert any("cannot write to the chat" in r.getMessage() for r in caplog.records)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert [r for r in await stored(pool, gone) if r[0] == "user"]  # the message was kept
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT status FROM outbox WHERE chat_id = %s", (gone,))
+        assert [r["status"] for r in await cur.fetchall()] == ["blocked"]
 
 
 async def test_user_rate_limit(start_bot: Any, tg: FakeBotAPI, llm: Any, pool: Any) -> None:

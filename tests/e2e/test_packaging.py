@@ -35,6 +35,8 @@ def test_wheel_ships_the_migrations_byte_for_byte(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as whl:
         names = set(whl.namelist())
         for mig in migrations:
+            if mig.path is None:  # the job queue's schema ships inside procrastinate
+                continue
             inside = f"src/storage/sql/{mig.name}"
             assert inside in names, inside
             assert whl.read(inside) == mig.path.read_bytes()

@@ -1,0 +1,119 @@
+"""Send a stored reply until Telegram accepts it or finally refuses it.
+
+Each part Telegram accepts is recorded with its message id before the next one is sent,
+so a resend after a crash starts at the first part not sent. 429 waits `retry_after`
+(as often as Telegram asks), 5xx and timeouts retry with backoff, 403 marks the reply
+`blocked` (the user blocked the bot), 400 "can't parse entities" sends the part again as
+plain text, and any other 400 marks it `rejected`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from telegram import Bot, Message, ReplyParameters
+from telegram.constants import ParseMode
+from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError
+
+from src.bot.formatting import markdown_to_html, split_markdown, split_message
+from src.storage.delivery_repo import DeliveryRepository, Reply
+
+logger = logging.getLogger(__name__)
+
+# Pauses between attempts after a 5xx or a timeout: about 15 minutes in all, then the
+# reply is marked failed (it stays stored, with the error, for an operator to see).
+BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 60.0, 120.0, 300.0, 300.0)
+
+
+class Outbox:
+    """Deliver the replies the inbox's turns stored (see DeliveryRepository)."""
+
+    def __init__(
+        self,
+        repo: DeliveryRepository,
+        on_blocked: Callable[[int, str], Awaitable[None]] | None = None,
+        backoff: tuple[float, ...] = BACKOFF,
+    ) -> None:
+        self.repo = repo
+        self.on_blocked = on_blocked
+        self.backoff = backoff
+
+    async def deliver(self, bot: Bot, reply: Reply) -> str:
+        """Send what Telegram has not accepted yet of `reply`; return its final status."""
+        if reply.status != "pending":
+            return reply.status
+        split = split_markdown if reply.fmt == "markdown" else split_message
+        chunks = split(reply.text)
+        if not chunks:
+            logger.warning("empty reply to update %s: nothing sent", reply.update_id)
+        for index in range(len(reply.sent_ids), len(chunks)):
+            status = await self._send_part(bot, reply, chunks[index], first=index == 0)
+            if status != "sent":
+                return status
+        await self.repo.close(reply.update_id, "sent")
+        reply.status = "sent"
+        return "sent"
+
+    async def _send_part(self, bot: Bot, reply: Reply, chunk: str, first: bool) -> str:
+        plain = reply.fmt != "markdown"
+        failures = 0
+        while True:
+            try:
+                sent = await self._send(bot, reply, chunk, plain, quote=first)
+            except RetryAfter as exc:
+                # Telegram says when: wait exactly that long, as often as it asks.
+                wait = exc.retry_after
+                seconds = wait if isinstance(wait, int | float) else wait.total_seconds()
+                logger.info("reply to %s: flood limit, again in %.0f s", reply.update_id, seconds)
+                await self.repo.record_attempt(reply.update_id, f"429 retry after {seconds}")
+                await asyncio.sleep(seconds)
+                continue
+            except Forbidden as exc:
+                logger.info("cannot write to the chat %s: %s", reply.chat_id, exc.message)
+                await self.repo.close(reply.update_id, "blocked", exc.message)
+                if self.on_blocked is not None:
+                    await self.on_blocked(reply.chat_id, exc.message)
+                return "blocked"
+            except BadRequest as exc:
+                if not plain and "parse entities" in exc.message.lower():
+                    logger.info("Telegram rejected formatting (%s): plain text", exc.message)
+                    plain = True
+                    continue
+                logger.warning("reply to %s rejected: %s", reply.update_id, exc.message)
+                await self.repo.close(reply.update_id, "rejected", exc.message)
+                return "rejected"
+            except (NetworkError, TelegramError) as exc:
+                # 5xx, timeouts, connection failures: a timeout may have delivered the
+                # part already, the one case a part can show twice.
+                if failures >= len(self.backoff):
+                    logger.error("reply to %s failed for good: %s", reply.update_id, exc)
+                    await self.repo.close(reply.update_id, "failed", str(exc))
+                    return "failed"
+                pause = self.backoff[failures]
+                failures += 1
+                logger.warning(
+                    "reply to %s not sent (%s): again in %.0f s", reply.update_id, exc, pause
+                )
+                await self.repo.record_attempt(reply.update_id, str(exc))
+                await asyncio.sleep(pause)
+                continue
+            await self.repo.record_sent(reply.update_id, sent.message_id)
+            reply.sent_ids.append(sent.message_id)
+            return "sent"
+
+    @staticmethod
+    async def _send(bot: Bot, reply: Reply, chunk: str, plain: bool, quote: bool) -> Message:
+        quoted = (
+            ReplyParameters(reply.reply_to, allow_sending_without_reply=True)
+            if quote and reply.reply_to is not None
+            else None
+        )
+        return await bot.send_message(
+            reply.chat_id,
+            chunk if plain else markdown_to_html(chunk),
+            parse_mode=None if plain else ParseMode.HTML,
+            message_thread_id=reply.thread_id,
+            reply_parameters=quoted,
+        )

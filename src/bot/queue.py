@@ -1,0 +1,156 @@
+"""The workers' side of the inbox: procrastinate runs one job per stored update.
+
+Jobs of one chat share a procrastinate lock, so they run one at a time in the order they
+were stored, across every process (`tgagent bot` and any number of `tgagent worker`);
+different chats run concurrently, WORKER_CONCURRENCY per process. A job whose process
+died (SIGKILL, OOM, a lost machine) is found by its worker's missing heartbeat after
+WORKER_STALLED_SECONDS and runs again: a turn that stored its reply only sends it (the
+outbox), one that stored only the user's message runs on that message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from procrastinate import App as TaskApp
+from procrastinate import JobContext, PsycopgConnector
+from telegram import Update
+from telegram.error import TelegramError
+
+from src.bot.handlers import ADMITTED
+from src.bot.state import BotState
+from src.services.texts import t
+from src.storage.delivery_repo import DeliveryRepository
+
+logger = logging.getLogger(__name__)
+
+QUEUE = "tgagent_updates"
+TASK = "tgagent.handle_update"
+# A job started this often without finishing (its process died each time) is dropped
+# with one sentence to the user instead of killing the next worker too.
+MAX_ATTEMPTS = 5
+# procrastinate's own connections: its LISTEN connection, fetching and finishing jobs.
+QUEUE_CONNECTIONS = 4
+
+
+class UpdateWorker:
+    """Run the inbox's jobs through the bot's Application until stopped."""
+
+    def __init__(self, app: Any, state: BotState, dsn: str) -> None:
+        self.app = app
+        self.state = state
+        settings = state.settings
+        self.stalled_after = settings.worker_stalled_seconds
+        self.concurrency = settings.worker_concurrency
+        connector = PsycopgConnector(
+            conninfo=dsn, min_size=1, max_size=QUEUE_CONNECTIONS, name="tgagent-queue"
+        )
+        self.tasks = TaskApp(connector=connector)
+        self.tasks.task(name=TASK, queue=QUEUE, pass_context=True)(self.handle)
+        self.running = asyncio.Event()
+
+    @property
+    def repo(self) -> DeliveryRepository:
+        return self.state.service.deps.delivery
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Work until `stop` is set; running jobs finish first (their turns end cleanly:
+        procrastinate's graceful shutdown has no time limit, and a model call has its
+        timeout)."""
+        async with self.tasks.open_async():
+            recovery = asyncio.create_task(self._recover_forever(stop))
+            try:
+                while not stop.is_set():
+                    await self._work_until(stop)
+            finally:
+                recovery.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await recovery
+                self.running.clear()
+
+    async def _work_until(self, stop: asyncio.Event) -> None:
+        """Run procrastinate's worker until `stop`; if it dies (the database went away,
+        which ends its LISTEN), log it, wait a moment and let `run` start another."""
+        worker = asyncio.create_task(
+            self.tasks.run_worker_async(
+                queues=[QUEUE],
+                concurrency=self.concurrency,
+                install_signal_handlers=False,
+                delete_jobs="successful",
+                update_heartbeat_interval=self.stalled_after / 3,
+                stalled_worker_timeout=self.stalled_after,
+                # LISTEN/NOTIFY wakes it at once; polling covers a missed notification.
+                fetch_job_polling_interval=1.0,
+            )
+        )
+        self.running.set()
+        stopping = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait({worker, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+        if not worker.done():
+            worker.cancel()  # procrastinate stops gracefully: running jobs finish
+        try:
+            await worker
+        except asyncio.CancelledError:
+            if not stop.is_set():
+                raise
+        except Exception:
+            logger.error("the queue worker stopped; starting it again", exc_info=True)
+            self.running.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 2.0)
+
+    async def _recover_forever(self, stop: asyncio.Event) -> None:
+        """Send the jobs of dead workers back to the queue, every few seconds."""
+        manager = self.tasks.job_manager
+        while not stop.is_set():
+            try:
+                stalled = await manager.get_stalled_jobs(
+                    queue=QUEUE, seconds_since_heartbeat=self.stalled_after
+                )
+                for job in stalled:
+                    logger.warning("job %s of a dead worker runs again", job.id)
+                    with contextlib.suppress(Exception):  # another process was quicker
+                        await manager.retry_job(job)
+            except Exception:
+                logger.warning("could not look for jobs of dead workers", exc_info=True)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.stalled_after / 3)
+
+    async def handle(self, context: JobContext, update_id: int) -> None:
+        """Process one stored update: its turn, or only the sending of its stored reply."""
+        row = await self.repo.inbox_row(update_id)
+        if row is None or row["done_at"] is not None:
+            return
+        attempts = context.job.attempts
+        reply = await self.repo.reply(update_id)
+        if reply is not None:
+            # The turn ran and stored its reply before its worker died: only send it.
+            await self.state.outbox.deliver(self.app.bot, reply)
+        elif attempts >= MAX_ATTEMPTS:
+            logger.error("update %s dropped after %d attempts", update_id, attempts)
+            await self._apologize(row["payload"])
+        else:
+            update = Update.de_json(row["payload"], self.app.bot)
+            token = ADMITTED.set(True)  # counted against the rate limit when received
+            try:
+                await self.app.process_update(update)
+            finally:
+                ADMITTED.reset(token)
+        await self.repo.finish(update_id)
+
+    async def _apologize(self, payload: dict[str, Any]) -> None:
+        message = payload.get("message") or {}
+        chat = (message.get("chat") or {}).get("id")
+        lang = (message.get("from") or {}).get("language_code")
+        if chat is None:
+            return
+        try:
+            await self.app.bot.send_message(chat, t("internal_error", lang))
+        except TelegramError as exc:
+            logger.warning("could not tell chat %s its update failed: %s", chat, exc)

@@ -1,0 +1,226 @@
+"""The receiving side: updates from long polling or a webhook, stored before Telegram is
+told they arrived.
+
+Polling asks for the next updates (which acknowledges the previous ones) only after the
+previous batch is stored; a webhook answers 200 only after the update is stored, and 500
+when it could not be (Telegram then sends it again). The gate (`admission`) runs first:
+what it refuses is never stored, and refused users hear why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import Any
+from urllib.parse import urlsplit
+
+from telegram import Update
+from telegram.error import Conflict, InvalidToken, NetworkError, RetryAfter, TelegramError, TimedOut
+
+from src.bot.commands import say
+from src.bot.handlers import admission
+from src.bot.queue import QUEUE, TASK
+from src.bot.state import BotState
+
+logger = logging.getLogger(__name__)
+
+# Only what the handlers deal with; edits and channel posts are answered with silence.
+ALLOWED_UPDATES = ["message", "edited_message", "channel_post", "edited_channel_post"]
+POLL_TIMEOUT = 10  # seconds Telegram holds a getUpdates call open when nothing comes
+# Pauses after failures to fetch or to store (the database is restarting...).
+RETRY_AFTER = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
+
+
+def chat_id_of(update: Update) -> int | None:
+    """Return the chat an update belongs to (its jobs run in order per chat)."""
+    chat = update.effective_chat
+    return chat.id if chat is not None else None
+
+
+class Receiver:
+    """Admit updates, store them with their jobs, and answer the refused ones."""
+
+    def __init__(self, app: Any, state: BotState) -> None:
+        self.app = app
+        self.state = state
+        self.receiving = asyncio.Event()
+        self._answers: set[asyncio.Task[None]] = set()
+
+    async def accept(self, raw: list[dict[str, Any]]) -> int:
+        """Store the updates the gate admits; return how many were new. Raises when the
+        database refuses them: the caller must not acknowledge them then."""
+        kept: list[tuple[int, int | None, dict[str, Any]]] = []
+        for data in raw:
+            update = Update.de_json(data, self.app.bot)
+            verdict = admission(update, self.app.bot, self.state)
+            if verdict.accept:
+                kept.append((update.update_id, chat_id_of(update), data))
+            elif verdict.answer is not None and update.message is not None:
+                self._answer(update, verdict.answer)
+        new = await self.state.service.deps.delivery.store_updates(kept, QUEUE, TASK)
+        if len(new) < len(kept):
+            logger.info("%d update(s) received again: ignored", len(kept) - len(new))
+        return len(new)
+
+    def _answer(self, update: Update, text: str) -> None:
+        """Tell a refused sender why, without holding up the updates behind it."""
+        assert update.message is not None
+        task = asyncio.create_task(self._say(update, text))
+        self._answers.add(task)
+        task.add_done_callback(self._answers.discard)
+
+    @staticmethod
+    async def _say(update: Update, text: str) -> None:
+        assert update.message is not None
+        try:
+            await say(update.message, text)
+        except TelegramError as exc:
+            logger.info("could not answer a refused update %s: %s", update.update_id, exc)
+
+    async def close(self) -> None:
+        """Wait for the answers to refused updates still being sent."""
+        if self._answers:
+            await asyncio.gather(*self._answers, return_exceptions=True)
+
+    # --- long polling ------------------------------------------------------------------
+
+    async def poll(self, stop: asyncio.Event) -> None:
+        """Fetch updates until `stop`; store each batch before asking for the next."""
+        bot = self.app.bot
+        await bot.delete_webhook()
+        offset = 0
+        failures = 0
+        logger.info("polling for updates")
+        while not stop.is_set():
+            self.receiving.set()
+            try:
+                updates = await _until(
+                    stop,
+                    bot.get_updates(
+                        offset=offset, timeout=POLL_TIMEOUT, allowed_updates=ALLOWED_UPDATES
+                    ),
+                )
+            except TimedOut:
+                continue  # a long poll that outlived its read timeout: ask again
+            except InvalidToken:
+                raise
+            except RetryAfter as exc:
+                await _pause(stop, _seconds(exc.retry_after))
+                continue
+            except (NetworkError, Conflict) as exc:
+                pause = RETRY_AFTER[min(failures, len(RETRY_AFTER) - 1)]
+                failures += 1
+                logger.warning("getUpdates failed (%s): again in %.1f s", exc, pause)
+                await _pause(stop, pause)
+                continue
+            if updates is None:  # stopped while waiting
+                break
+            failures = 0
+            if not updates:
+                continue
+            if not await self._store_until_done([u.to_dict() for u in updates], stop):
+                break  # stopped before they were stored: Telegram sends them again
+            offset = updates[-1].update_id + 1
+        self.receiving.clear()
+
+    async def _store_until_done(self, raw: list[dict[str, Any]], stop: asyncio.Event) -> bool:
+        failures = 0
+        while not stop.is_set():
+            try:
+                await self.accept(raw)
+                return True
+            except Exception:
+                pause = RETRY_AFTER[min(failures, len(RETRY_AFTER) - 1)]
+                failures += 1
+                logger.error("could not store %d update(s): again in %.1f s", len(raw), pause)
+                await _pause(stop, pause)
+        return False
+
+    # --- webhook ------------------------------------------------------------------------
+
+    async def serve_webhook(self, stop: asyncio.Event) -> None:
+        """Serve the webhook until `stop`: 200 once an update is stored, 500 if it could
+        not be (Telegram retries), 403 without the secret token."""
+        import tornado.httpserver
+        import tornado.web
+
+        settings = self.state.settings
+        assert settings.webhook_url
+        secret = settings.webhook_secret_token
+        receiver = self
+
+        class Hook(tornado.web.RequestHandler):
+            async def post(self) -> None:
+                if (
+                    secret is not None
+                    and self.request.headers.get("X-Telegram-Bot-Api-Secret-Token")
+                    != secret.get_secret_value()
+                ):
+                    self.set_status(403)
+                    return
+                try:
+                    data = json.loads(self.request.body)
+                except ValueError:
+                    self.set_status(400)
+                    return
+                if not isinstance(data, dict) or not isinstance(data.get("update_id"), int):
+                    self.set_status(400)
+                    return
+                try:
+                    await receiver.accept([data])
+                except Exception:
+                    logger.error("could not store update %s: 500", data["update_id"])
+                    self.set_status(500)
+                    return
+                self.set_status(200)
+
+        path = "/" + urlsplit(settings.webhook_url).path.lstrip("/")
+        server = tornado.httpserver.HTTPServer(tornado.web.Application([(path, Hook)]))
+        server.listen(settings.webhook_port, settings.webhook_listen)
+        try:
+            if secret is None:
+                logger.warning("WEBHOOK_SECRET_TOKEN is not set: anyone who knows the URL can post")
+            await self.app.bot.set_webhook(
+                settings.webhook_url,
+                secret_token=secret.get_secret_value() if secret else None,
+                allowed_updates=ALLOWED_UPDATES,
+            )
+            logger.info(
+                "webhook on %s:%d for %s",
+                settings.webhook_listen,
+                settings.webhook_port,
+                urlsplit(settings.webhook_url).netloc,
+            )
+            self.receiving.set()
+            await stop.wait()
+        finally:
+            self.receiving.clear()
+            server.stop()
+            await server.close_all_connections()
+
+
+def _seconds(value: Any) -> float:
+    return float(value if isinstance(value, int | float) else value.total_seconds())
+
+
+async def _pause(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+
+
+async def _until(stop: asyncio.Event, call: Any) -> Any:
+    """Await `call` unless `stop` comes first (then cancel it and return None)."""
+    task = asyncio.ensure_future(call)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, TelegramError):
+        await task
+    return None
