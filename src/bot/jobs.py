@@ -52,7 +52,8 @@ async def compaction_job(context: ContextTypes.DEFAULT_TYPE) -> None:
 
 
 async def prune_job(context: ContextTypes.DEFAULT_TYPE) -> None:
-    """Job: keep the last CHECKPOINT_KEEP turns of checkpoints per conversation."""
+    """Job: keep the last CHECKPOINT_KEEP turns of checkpoints per conversation, and
+    delivered updates and replies for two days (past any redelivery by Telegram)."""
     from src.devtools.prune import prune_checkpoints
 
     state = state_of(context)
@@ -60,6 +61,8 @@ async def prune_job(context: ContextTypes.DEFAULT_TYPE) -> None:
         return
     counts = await prune_checkpoints(state.runtime.pool, state.settings.checkpoint_keep)
     logger.info("checkpoints pruned: %s", counts)
+    replies = await state.service.deps.delivery.prune()
+    logger.info("delivered updates pruned (%d replies)", replies)
 
 
 async def embedding_job(context: ContextTypes.DEFAULT_TYPE) -> None:

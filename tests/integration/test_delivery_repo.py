@@ -1,0 +1,58 @@
+"""The inbox and outbox tables: deduplication, the deferred jobs, pruning."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from src.storage.delivery_repo import Delivery, DeliveryRepository
+
+
+async def jobs(pool: Any) -> list[dict[str, Any]]:
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT lock, args, status FROM procrastinate_jobs ORDER BY id")
+        return list(await cur.fetchall())
+
+
+async def test_updates_are_stored_once_each_with_one_job_per_update_in_order(pool: Any) -> None:
+    repo = DeliveryRepository(pool)
+    batch = [(12, 5, {"update_id": 12}), (11, 5, {"update_id": 11}), (13, -7, {"update_id": 13})]
+    assert await repo.store_updates(batch, "q", "t") == [11, 12, 13]
+    assert await repo.store_updates(batch + [(14, 5, {"update_id": 14})], "q", "t") == [14]
+    assert [(j["lock"], j["args"]["update_id"]) for j in await jobs(pool)] == [
+        ("chat:5", 11),
+        ("chat:5", 12),
+        ("chat:-7", 13),
+        ("chat:5", 14),
+    ]
+    row = await repo.inbox_row(11)
+    assert row is not None and row["payload"] == {"update_id": 11} and row["done_at"] is None
+
+
+async def test_a_nul_in_an_update_survives_the_inbox(pool: Any) -> None:
+    repo = DeliveryRepository(pool)
+    payload = {"update_id": 1, "message": {"text": "\x00 и \ud800"}}
+    await repo.store_updates([(1, 5, payload)], "q", "t")
+    row = await repo.inbox_row(1)
+    assert row is not None and row["payload"] == payload
+
+
+async def test_prune_keeps_what_is_recent_or_still_to_send(pool: Any) -> None:
+    repo = DeliveryRepository(pool)
+    await repo.store_updates([(1, 5, {}), (2, 5, {}), (3, 5, {})], "q", "t")
+    for update_id in (1, 2, 3):
+        await repo.finish(update_id)
+        await repo.add_reply(Delivery(update_id, 5), f"reply {update_id}")
+    await repo.close(1, "sent")
+    await repo.close(2, "sent")
+    async with pool.connection() as conn:
+        await conn.execute(
+            "UPDATE inbox SET done_at = now() - interval '3 days' WHERE update_id IN (1, 3)"
+        )
+        await conn.execute(
+            "UPDATE outbox SET created_at = now() - interval '3 days' WHERE update_id IN (1, 3)"
+        )
+    assert await repo.prune() == 1  # reply 1; reply 3 is still pending, reply 2 recent
+    assert await repo.inbox_row(1) is None and await repo.inbox_row(3) is None
+    assert await repo.inbox_row(2) is not None
+    assert await repo.reply(1) is None
+    assert await repo.reply(3) is not None and await repo.reply(2) is not None
