@@ -146,6 +146,11 @@ class ReminderService:
                 or fresh["remind_of_yourself"] == "0"
                 or fresh["last_seen_at"] is None
                 or fresh["last_seen_at"] >= silent_since
+                # Another process (a second bot or a worker) reminded them meanwhile.
+                or (
+                    fresh["last_reminded_at"] is not None
+                    and fresh["last_reminded_at"] >= fresh["last_seen_at"]
+                )
             ):
                 return "skipped"  # they wrote or muted while the text was being written
             # Marked before sending: a failure below loses this reminder, never doubles it.

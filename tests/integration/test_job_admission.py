@@ -7,6 +7,7 @@ call, no write. Their conversations never fill a batch that admitted owners wait
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -69,3 +70,26 @@ async def test_reminders_skip_removed_users(runtime_factory: Any, llm: Any, pool
     assert len(llm.requests) == chat_calls + 1  # nothing written for the removed user
     assert (await reminders.run_once(send, admits=admitted)).due == 0  # not due again
     assert sent == [KEPT.owner_id]
+
+
+async def test_two_processes_reminding_at_once_send_one_reminder(
+    runtime_factory: Any, llm: Any, pool: Any
+) -> None:
+    """`tgagent bot` and a `tgagent worker` both run the reminder job: the user due in
+    both runs is reminded once."""
+    rt = await runtime_factory(remind_after_hours=1)
+    other = await runtime_factory(remind_after_hours=1)
+    await chat(rt, KEPT, "привет")
+    async with pool.connection() as conn:
+        await conn.execute("UPDATE users SET last_seen_at = now() - interval '2 hours'")
+    sent: list[int] = []
+
+    async def send(chat_id: int, text: str) -> None:
+        sent.append(chat_id)
+
+    one = ReminderService(rt.deps, rt.service.locks)
+    two = ReminderService(other.deps, other.service.locks)
+    first, second = await asyncio.gather(one.run_once(send), two.run_once(send))
+    assert first.due == second.due == 1  # both found the user due
+    assert sent == [KEPT.owner_id]
+    assert first.skipped + second.skipped == 1
