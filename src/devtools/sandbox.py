@@ -34,6 +34,10 @@ OWNER_ROWS: tuple[tuple[str, str], ...] = (
     ("fact_changes", "telegram_user_id = %(owner)s"),
     ("session_compacts", "telegram_user_id = %(owner)s"),
     ("squash_log", "conversation_id IN (SELECT id FROM pg_temp.conversations)"),
+    # A turn answering a Telegram update stores its reply for sending: a replay never
+    # does (it passes no delivery), and if it did, the reply would land in an empty copy.
+    ("inbox", "false"),
+    ("outbox", "false"),
 )
 SCHEMA_OF = """
 SELECT n.nspname AS schema FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
