@@ -1,4 +1,4 @@
-"""Run a benchmark: `python -m bench {storage,turns,recall} [options]`."""
+"""Run a benchmark: `python -m bench {storage,turns,recall,delivery} [options]`."""
 
 from __future__ import annotations
 
@@ -24,10 +24,17 @@ def _recall(argv: Sequence[str]) -> int:
     return main(argv)
 
 
+def _delivery(argv: Sequence[str]) -> int:
+    from bench.delivery import main
+
+    return main(argv)
+
+
 BENCHMARKS: dict[str, Callable[[Sequence[str]], int]] = {
     "storage": _storage,
     "turns": _turns,
     "recall": _recall,
+    "delivery": _delivery,
 }
 
 

@@ -45,6 +45,6 @@ def register(sub: Any, db_sub: Any) -> None:
     )
     add_arguments(parser)
     parser.set_defaults(handler=_bench)
-    from bench import recall
+    from bench import delivery, recall
 
-    recall.register(parser)
+    delivery.register(recall.register(parser))

@@ -5,7 +5,7 @@ model name, the server's own handling time and the messages it was sent; the ben
 collects and clears that record with `GET /bench/take`. A separate process keeps the
 server off the bench's event loop and GIL, as a real remote model would be.
 
-    python -m bench.model_server [--port 0]    # prints `READY <base_url>`
+    python -m bench.model_server [--port 0] [--delay 0]    # prints `READY <base_url>`
 """
 
 from __future__ import annotations
@@ -117,7 +117,8 @@ def make_server(host: str = "127.0.0.1", port: int = 0) -> Any:
 class ModelServerProcess:
     """Run the bench model server in a child process; `take()` its request log."""
 
-    def __init__(self) -> None:
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay  # seconds every answer waits, as a remote model's latency
         self.base_url = ""
         self._proc: subprocess.Popen[str] | None = None
         self._client: httpx.AsyncClient | None = None
@@ -128,7 +129,7 @@ class ModelServerProcess:
             "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
         }
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.model_server"],
+            [sys.executable, "-m", "bench.model_server", "--delay", str(self.delay)],
             cwd=ROOT,
             env=env,
             stdout=subprocess.PIPE,
@@ -177,8 +178,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds before each answer")
     args = parser.parse_args(argv)
     server = make_server(args.host, args.port)
+    server.delay = args.delay
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())

@@ -858,9 +858,10 @@ async def _command(args: argparse.Namespace, settings: Any) -> int:
     return await run_and_report(args)
 
 
-def register(bench_parser: argparse.ArgumentParser) -> None:
-    """Add `tgagent bench recall [options]` under the `tgagent bench` parser."""
-    sub = bench_parser.add_subparsers(dest="bench_command", metavar="{recall}")
+def register(bench_parser: argparse.ArgumentParser) -> Any:
+    """Add `tgagent bench recall [options]` under the `tgagent bench` parser; return the
+    subcommands (other benches add theirs)."""
+    sub = bench_parser.add_subparsers(dest="bench_command", metavar="{recall,delivery}")
     parser = sub.add_parser(
         "recall",
         help="recall@k and MRR of history search against BM25 and embeddings",
@@ -868,6 +869,7 @@ def register(bench_parser: argparse.ArgumentParser) -> None:
     )
     add_arguments(parser)
     parser.set_defaults(handler=_command)
+    return sub
 
 
 def parse(argv: Sequence[str] | None, prog: str = "python -m bench.recall") -> argparse.Namespace:
