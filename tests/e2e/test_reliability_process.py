@@ -293,6 +293,7 @@ async def test_sigkill_mid_turn_answers_every_message_once_after_a_restart(
 
     llm.delay = 0.0
     llm.default_reply = echo
+    before = len(llm.requests_for(CHAT_MODEL))
     async with bot_process(env, tg, tmp_path) as proc:
         began = time.monotonic()
         tg.push_text(plain, "ты тут?")
@@ -310,6 +311,13 @@ async def test_sigkill_mid_turn_answers_every_message_once_after_a_restart(
     assert [unstamped(c) for role, c in rows if role == "user"] == said  # each stored once
     rows = await rows_of(pool, tooled)
     assert [role for role, _ in rows] == ["user", "assistant"]  # the user's message once
+    # ...and the second run's model saw it once, without the dead run's tool call.
+    second = llm.requests_for(CHAT_MODEL)[before:]
+    asked = [r["messages"] for r in second if "вспомни" in message_text(r["messages"][-1])]
+    assert len(asked) == 1, asked
+    seen = [message_text(m) for m in asked[0]]
+    assert sum("вспомни прошлые разговоры" in text for text in seen) == 1, seen
+    assert not any("recall_previous_conversations" in text for text in seen), seen
     assert await inbox(pool) == (4, 4)
     figures = {
         "killed_mid_turn": 2,
