@@ -112,6 +112,7 @@ class Settings(BaseSettings):
     remind_after_hours: float = Field(24.0, gt=0)
     remind_check_minutes: float = Field(10.0, gt=0)
     telegram_reply_format: Literal["plain", "markdown"] = "plain"
+    stream_replies: bool = True
 
     # --- delivery: the inbox queue and its workers (issue 15) ---
     worker_concurrency: int = Field(8, ge=1)

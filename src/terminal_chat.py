@@ -11,10 +11,10 @@ from typing import Any, TextIO
 from src.config import Settings
 from src.lang import terminal_lang
 from src.services import local_model
-from src.services.agent_service import AgentService, Identity
+from src.services.agent_service import AgentService, Identity, TurnStream
 from src.services.factory import build_runtime
 from src.services.llm_service import model_configured
-from src.services.texts import t
+from src.services.texts import status_line, t
 
 EXIT_COMMANDS = frozenset({"/exit", "/quit", "/q"})
 
@@ -51,8 +51,11 @@ def _format_memory(report: dict[str, Any], lang: str) -> str:
     return "\n".join(lines)
 
 
-async def answer_line(service: AgentService, identity: Identity, line: str) -> str:
-    """Return the agent's answer to one line typed in the terminal."""
+async def answer_line(
+    service: AgentService, identity: Identity, line: str, stream: TurnStream | None = None
+) -> str:
+    """Return the agent's answer to one line typed in the terminal (`stream`: watch the
+    turn's answer as it is written)."""
     lang = identity.language_code
     command, _, rest = line.strip().partition(" ")
     if command in ("/help", "/start"):
@@ -72,13 +75,49 @@ async def answer_line(service: AgentService, identity: Identity, line: str) -> s
         return _format_memory(await service.memory_report(identity), lang or "ru")
     if command.startswith("/") and len(command) > 1 and " " not in command:
         return t("unknown_command", lang)
-    return (await service.handle_message(identity, line)).reply
+    return (await service.handle_message(identity, line, stream=stream)).reply
+
+
+class Printer:
+    """Print a turn's answer as the model writes it; then only what differs."""
+
+    def __init__(self, stdout: TextIO, lang: str | None) -> None:
+        self.stdout = stdout
+        self.lang = lang
+        self.written = ""
+        self.stream = TurnStream(self._text, self._tools)
+
+    def _text(self, piece: str) -> None:
+        self.written += piece
+        self.stdout.write(piece)
+        self.stdout.flush()
+
+    def _tools(self, names: list[str]) -> None:
+        # What was written before the tools ran was not the answer: a new line begins.
+        if self.written:
+            self.stdout.write("\n")
+        self.stdout.write(f"({status_line(names, self.lang)})\n")
+        self.stdout.flush()
+        self.written = ""
+
+    def end(self, reply: str) -> None:
+        """Finish the line: the rest of the reply, or all of it when it differs."""
+        shown = self.written.strip()
+        if shown and reply.startswith(shown):
+            self.stdout.write(reply[len(shown) :].rstrip() + "\n")
+        else:
+            self.stdout.write(("\n" if self.written else "") + reply + "\n")
+        self.stdout.flush()
 
 
 async def chat_loop(
-    service: AgentService, identity: Identity, stdin: TextIO, stdout: TextIO
+    service: AgentService,
+    identity: Identity,
+    stdin: TextIO,
+    stdout: TextIO,
+    stream: bool = True,
 ) -> None:
-    """Read lines until EOF or /exit, answering each."""
+    """Read lines until EOF or /exit, answering each (`stream`: as it is written)."""
     interactive = stdin.isatty()
     while True:
         if interactive:
@@ -92,9 +131,16 @@ async def chat_loop(
             break
         if not line.strip():
             continue
-        reply = await answer_line(service, identity, line)
-        stdout.write(("bot> " if interactive else "") + reply + "\n")
-        stdout.flush()
+        if interactive:
+            stdout.write("bot> ")
+        printer = Printer(stdout, identity.language_code) if stream else None
+        watch = printer.stream if printer is not None else None
+        reply = await answer_line(service, identity, line, watch)
+        if printer is not None:
+            printer.end(reply)
+        else:
+            stdout.write(reply + "\n")
+            stdout.flush()
 
 
 async def find_model(settings: Settings, lang: str) -> Settings | None:
@@ -125,7 +171,7 @@ async def run_chat(args: argparse.Namespace, settings: Settings) -> int:
     runtime = await build_runtime(configured)
     try:
         identity = Identity(args.user_id, getpass.getuser(), None, lang)
-        await chat_loop(runtime.service, identity, sys.stdin, sys.stdout)
+        await chat_loop(runtime.service, identity, sys.stdin, sys.stdout, configured.stream_replies)
     finally:
         await runtime.close()
     return 0

@@ -18,6 +18,7 @@ from src.bot.outbox import Outbox
 from src.bot.queue import UpdateWorker
 from src.bot.receive import Receiver
 from src.bot.state import BOT_DATA_KEY, BotState, state_of
+from src.bot.stops import StopChannel
 from src.config import ConfigError, Settings
 from src.lang import RUSSIAN_READERS
 from src.services.factory import Runtime, build_runtime
@@ -130,14 +131,18 @@ async def serve(app: App, stop: asyncio.Event, *, receive: bool = True, work: bo
     state = state_of(app)
     await app.initialize()
     tasks: list[asyncio.Task[None]] = []
+    listening: asyncio.Task[None] | None = None
     try:
         if app.post_init is not None:
             await app.post_init(app)
         await app.start()
         assert state.runtime is not None
+        dsn = state.runtime.pool.conninfo
+        assert isinstance(dsn, str)  # make_pool is given a string
+        # /stop reaches the process that runs the chat's turn (src/bot/stops.py).
+        state.stops = StopChannel(dsn, state.runtime.pool, state.live)
+        listening = asyncio.create_task(state.stops.run(), name="stops")
         if work:
-            dsn = state.runtime.pool.conninfo
-            assert isinstance(dsn, str)  # make_pool is given a string
             state.worker = UpdateWorker(app, state, dsn)
             tasks.append(asyncio.create_task(state.worker.run(stop), name="worker"))
         if receive:
@@ -158,6 +163,9 @@ async def serve(app: App, stop: asyncio.Event, *, receive: bool = True, work: bo
     finally:
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if listening is not None:
+            listening.cancel()
+            await asyncio.gather(listening, return_exceptions=True)
         if state.receiver is not None:
             await state.receiver.close()
         if app.running:

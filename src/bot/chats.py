@@ -42,6 +42,14 @@ def command_target(message: Message) -> str | None:
     return message.parse_entity(entity).partition("@")[2]
 
 
+def command_name(message: Message) -> str | None:
+    """Return the leading /command's name without its `@bot` part (lower case), or None."""
+    entity = next(iter(message.entities or ()), None)
+    if entity is None or entity.type != MessageEntity.BOT_COMMAND or entity.offset != 0:
+        return None
+    return message.parse_entity(entity).lstrip("/").partition("@")[0].lower()
+
+
 def is_addressed(message: Message, username: str, bot_id: int) -> bool:
     """Tell whether the bot should react: private chat, a mention, a reply to it, a command."""
     if is_private(message):

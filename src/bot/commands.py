@@ -1,16 +1,17 @@
-"""The bot's commands: /start, /help, /new, /forget, /mute, /memory, /compress, unknown ones."""
+"""The bot's commands: /start, /help, /new, /forget, /mute, /memory, /compress, /stop, and
+unknown ones."""
 
 from __future__ import annotations
 
 import logging
 
-from telegram import Message, Update
+from telegram import Bot, Message, Update, User
 from telegram.ext import ApplicationHandlerStop, ContextTypes
 
 from src.bot.chats import identity_of, is_anonymous_admin, is_private
 from src.bot.memory_view import render_memory
 from src.bot.sending import reply_text, typing
-from src.bot.state import state_of
+from src.bot.state import BotState, state_of
 from src.services.texts import t
 
 logger = logging.getLogger(__name__)
@@ -128,6 +129,42 @@ async def cmd_compress(update: Update, context: Context) -> None:
             await say(message, result.reply)
 
 
+async def cmd_stop(update: Update, context: Context) -> None:
+    """/stop: end the chat's running turn (see src/bot/stops.py), or say there is none.
+
+    The receiver runs it as /stop arrives (src/bot/receive.py): queued behind the turn,
+    it would come too late. Here it serves an update that reached the handlers anyway.
+    """
+    message, state = message_of(update), state_of(context)
+    lang = lang_of_message(message)
+    result = await request_stop(
+        state, context.bot, message.chat_id, message.from_user, is_anonymous_admin(message)
+    )
+    if result != "stopped":
+        await say(
+            message, t("stop_not_yours" if result == "not_yours" else "nothing_to_stop", lang)
+        )
+
+
+async def request_stop(
+    state: BotState, bot: Bot, chat_id: int, user: User | None, admin: bool = False
+) -> str:
+    """Stop a chat's running turn for `user`: "stopped", "not_yours" or "none".
+
+    In a group, the one who asked may stop it, and so may an administrator (asked of
+    Telegram only when the one stopping did not ask).
+    """
+    if user is None:
+        return "none"
+    stops = state.stops
+    if stops is None:  # this process does not listen (tests building handlers alone)
+        return state.live.stop(chat_id, user.id, admin) or "none"
+    result = await stops.request(chat_id, user.id, admin)
+    if result == "not_yours" and await state.group_admins.is_admin(bot, chat_id, user.id):
+        result = await stops.request(chat_id, user.id, admin=True)
+    return result
+
+
 async def cmd_unknown(update: Update, context: Context) -> None:
     """Any other /command: the help line."""
     message = message_of(update)
@@ -142,4 +179,5 @@ COMMANDS = {
     "mute": cmd_mute,
     "memory": cmd_memory,
     "compress": cmd_compress,
+    "stop": cmd_stop,
 }

@@ -29,6 +29,7 @@ from src.bot.chats import (
     turn_text,
 )
 from src.bot.commands import COMMANDS, Context, cmd_unknown, lang_of_message, message_of, say
+from src.bot.live import LiveReply
 from src.bot.sending import reply_text, typing
 from src.bot.state import BotState, state_of
 from src.services.agent_service import DB_ERRORS
@@ -130,8 +131,17 @@ async def on_text(update: Update, context: Context) -> None:
             await state.service.remember(identity, said)
             await say(message, t("waited_too_long", lang, minutes=round(waited / 60)))
             return
-        async with typing(message):
-            result = await state.service.handle_message(identity, said, delivery=delivery)
+        live = LiveReply(context.bot, message, show=state.settings.stream_replies)
+        state.live.add(live)  # /stop finds it there
+        try:
+            live.start()
+            async with typing(message):
+                result = await state.service.handle_message(
+                    identity, said, delivery=delivery, stream=live.stream
+                )
+        finally:
+            state.live.remove(live)
+            live_id = await live.finish()
         if not result.ok:
             delivery = replace(delivery, fmt="plain")
         repo = state.service.deps.delivery
@@ -143,7 +153,10 @@ async def on_text(update: Update, context: Context) -> None:
             logger.error("outbox unavailable: the reply to %s goes unstored", update.update_id)
             await reply_text(message, result.reply, delivery.fmt, quote=not is_private(message))
             return
-        if reply is not None and await state.outbox.deliver(context.bot, reply) == "rejected":
+        if reply is None:
+            return
+        status = await state.outbox.deliver(context.bot, reply, live_id=live_id)
+        if status == "rejected":
             # Telegram refused the reply itself (logged with its reason): say so.
             await say(message, t("internal_error", lang))
 

@@ -10,6 +10,7 @@ plain text, and any other 400 marks it `rejected`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -40,28 +41,44 @@ class Outbox:
         self.on_blocked = on_blocked
         self.backoff = backoff
 
-    async def deliver(self, bot: Bot, reply: Reply) -> str:
-        """Send what Telegram has not accepted yet of `reply`; return its final status."""
+    async def deliver(self, bot: Bot, reply: Reply, live_id: int | None = None) -> str:
+        """Send what Telegram has not accepted yet of `reply`; return its final status.
+
+        `live_id`: the message that showed the reply while it was written (src/bot/live.py);
+        the reply's first part replaces its text (and its Stop button) instead of
+        coming as a new message.
+        """
         if reply.status != "pending":
             return reply.status
+        if live_id is not None and reply.sent_ids:
+            live_id = None  # the first part went out already
         split = split_markdown if reply.fmt == "markdown" else split_message
         chunks = split(reply.text)
         if not chunks:
             logger.warning("empty reply to update %s: nothing sent", reply.update_id)
         for index in range(len(reply.sent_ids), len(chunks)):
-            status = await self._send_part(bot, reply, chunks[index], first=index == 0)
+            replacing = live_id if index == 0 else None
+            status = await self._send_part(bot, reply, chunks[index], index == 0, replacing)
             if status != "sent":
                 return status
         await self.repo.close(reply.update_id, "sent")
         reply.status = "sent"
         return "sent"
 
-    async def _send_part(self, bot: Bot, reply: Reply, chunk: str, first: bool) -> str:
+    async def _send_part(
+        self, bot: Bot, reply: Reply, chunk: str, first: bool, live_id: int | None = None
+    ) -> str:
         plain = reply.fmt != "markdown"
         failures = 0
         while True:
             try:
-                sent = await self._send(bot, reply, chunk, plain, quote=first)
+                if live_id is not None:
+                    sent_id = await self._replace(bot, reply, live_id, chunk, plain)
+                    if sent_id is None:
+                        live_id = None  # gone or refused: the part comes as a new message
+                        continue
+                else:
+                    sent_id = (await self._send(bot, reply, chunk, plain, quote=first)).message_id
             except RetryAfter as exc:
                 # Telegram says when: wait exactly that long, as often as it asks.
                 wait = exc.retry_after
@@ -99,9 +116,32 @@ class Outbox:
                 await self.repo.record_attempt(reply.update_id, str(exc))
                 await asyncio.sleep(pause)
                 continue
-            await self.repo.record_sent(reply.update_id, sent.message_id)
-            reply.sent_ids.append(sent.message_id)
+            await self.repo.record_sent(reply.update_id, sent_id)
+            reply.sent_ids.append(sent_id)
             return "sent"
+
+    @staticmethod
+    async def _replace(bot: Bot, reply: Reply, live_id: int, chunk: str, plain: bool) -> int | None:
+        """Make the live message the reply's first part; None if it cannot be edited
+        (deleted, too old...): it is then deleted, and the part sent anew."""
+        try:
+            await bot.edit_message_text(
+                chunk if plain else markdown_to_html(chunk),
+                reply.chat_id,
+                live_id,
+                parse_mode=None if plain else ParseMode.HTML,
+            )
+        except BadRequest as exc:
+            text = exc.message.lower()
+            if "not modified" in text:
+                return live_id  # it shows the final text already
+            if "parse entities" in text:
+                raise
+            logger.info("live message %s not edited (%s): sent anew", live_id, exc.message)
+            with contextlib.suppress(TelegramError):
+                await bot.delete_message(reply.chat_id, live_id)
+            return None
+        return live_id
 
     @staticmethod
     async def _send(bot: Bot, reply: Reply, chunk: str, plain: bool, quote: bool) -> Message:

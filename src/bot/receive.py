@@ -13,21 +13,32 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Coroutine
 from typing import Any
 from urllib.parse import urlsplit
 
-from telegram import Update
+from telegram import CallbackQuery, Message, Update
 from telegram.error import Conflict, InvalidToken, NetworkError, RetryAfter, TelegramError, TimedOut
 
-from src.bot.commands import say
+from src.bot.chats import command_name, is_anonymous_admin
+from src.bot.commands import lang_of_message, request_stop, say
 from src.bot.handlers import admission
+from src.bot.live import STOP_DATA
 from src.bot.queue import QUEUE, TASK
 from src.bot.state import BotState
+from src.services.texts import t
 
 logger = logging.getLogger(__name__)
 
-# Only what the handlers deal with; edits and channel posts are answered with silence.
-ALLOWED_UPDATES = ["message", "edited_message", "channel_post", "edited_channel_post"]
+# Only what the handlers deal with; edits and channel posts are answered with silence, and
+# callback queries are the Stop button's presses.
+ALLOWED_UPDATES = [
+    "message",
+    "edited_message",
+    "channel_post",
+    "edited_channel_post",
+    "callback_query",
+]
 POLL_TIMEOUT = 10  # seconds Telegram holds a getUpdates call open when nothing comes
 # Pauses after failures to fetch or to store (the database is restarting...).
 RETRY_AFTER = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
@@ -54,22 +65,59 @@ class Receiver:
         kept: list[tuple[int, int | None, dict[str, Any]]] = []
         for data in raw:
             update = Update.de_json(data, self.app.bot)
+            if update.callback_query is not None:
+                self._later(self._pressed(update.callback_query))
+                continue
             verdict = admission(update, self.app.bot, self.state)
-            if verdict.accept:
+            if verdict.accept and update.message and command_name(update.message) == "stop":
+                # Not queued: behind the chat's running turn, it would come after it.
+                self._later(self._stop(update.message))
+            elif verdict.accept:
                 kept.append((update.update_id, chat_id_of(update), data))
             elif verdict.answer is not None and update.message is not None:
-                self._answer(update, verdict.answer)
+                self._later(self._say(update, verdict.answer))
         new = await self.state.service.deps.delivery.store_updates(kept, QUEUE, TASK)
         if len(new) < len(kept):
             logger.info("%d update(s) received again: ignored", len(kept) - len(new))
         return len(new)
 
-    def _answer(self, update: Update, text: str) -> None:
-        """Tell a refused sender why, without holding up the updates behind it."""
-        assert update.message is not None
-        task = asyncio.create_task(self._say(update, text))
+    def _later(self, work: Coroutine[Any, Any, None]) -> None:
+        """Answer without holding up the updates behind this one."""
+        task = asyncio.create_task(work)
         self._answers.add(task)
         task.add_done_callback(self._answers.discard)
+
+    async def _stop(self, message: Message) -> None:
+        """/stop: end the chat's running turn, in whichever process runs it."""
+        bot, lang = self.app.bot, lang_of_message(message)
+        try:
+            result = await request_stop(
+                self.state, bot, message.chat_id, message.from_user, is_anonymous_admin(message)
+            )
+            if result != "stopped":
+                key = "stop_not_yours" if result == "not_yours" else "nothing_to_stop"
+                await say(message, t(key, lang))
+        except Exception:
+            logger.warning("/stop in chat %s failed", message.chat_id, exc_info=True)
+
+    async def _pressed(self, query: CallbackQuery) -> None:
+        """A press of the Stop button under a live message."""
+        user, lang = query.from_user, query.from_user.language_code
+        chat = query.message.chat if query.message is not None else None
+        try:
+            if query.data != STOP_DATA or chat is None:
+                await query.answer()
+                return
+            if not self.state.access.allows(user.id, chat.id):
+                await query.answer(t("not_allowed", lang))
+                return
+            result = await request_stop(self.state, self.app.bot, chat.id, user)
+            key = {"stopped": "stopped", "not_yours": "stop_not_yours"}.get(
+                result, "nothing_to_stop"
+            )
+            await query.answer(t(key, lang))
+        except Exception:
+            logger.warning("a Stop press in chat %s failed", chat and chat.id, exc_info=True)
 
     @staticmethod
     async def _say(update: Update, text: str) -> None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from src.bot.access import AccessPolicy, GroupAdmins, RateLimiter
+from src.bot.live import LiveTurns
 from src.config import Settings
 from src.services.agent_service import AgentService
 from src.services.factory import Runtime
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from src.bot.outbox import Outbox
     from src.bot.queue import UpdateWorker
     from src.bot.receive import Receiver
+    from src.bot.stops import StopChannel
 
 BOT_DATA_KEY = "tgagent"
 
@@ -44,6 +46,8 @@ class BotState:
     sender: Outbox | None = None
     receiver: Receiver | None = None
     worker: UpdateWorker | None = None
+    live: LiveTurns = field(default_factory=LiveTurns)
+    stops: StopChannel | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, runtime: Runtime | None = None) -> BotState:
@@ -80,6 +84,8 @@ class BotState:
         if self.receiver is not None and not self.receiver.receiving.is_set():
             return False
         if self.worker is not None and not self.worker.running.is_set():
+            return False
+        if self.stops is not None and not self.stops.listening.is_set():
             return False
         return bool(parts)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,6 +42,9 @@ class GraphDeps:
     clock: Callable[[], datetime] = utc_now
     counter: TokenCounter = field(default_factory=ApproxCounter)
     json_answers: JsonAnswers = field(default_factory=JsonAnswers)
+    stops: dict[int, asyncio.Event] = field(default_factory=dict)
+    """The stop signals of this process's live turns, by owner (/stop sets one): the
+    agent node streams the model's answer of such a turn and ends it when it is set."""
 
     @functools.cached_property
     def delivery(self) -> DeliveryRepository:

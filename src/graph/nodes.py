@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import uuid
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import psycopg
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    HumanMessage,
+    RemoveMessage,
+    ToolMessage,
+    message_chunk_to_message,
+)
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
+from langgraph.config import get_stream_writer
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from psycopg_pool import PoolTimeout
 
@@ -55,6 +67,35 @@ def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
 
 def _record(role: str, content: str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"role": role, "content": content, "meta": meta}
+
+
+def is_live(config: RunnableConfig) -> bool:
+    """Tell whether the turn's caller watches it live (`configurable.live`): its model
+    answers then stream out as `custom` events, and /stop can end it."""
+    return bool((config.get("configurable") or {}).get("live"))
+
+
+def interrupted(message: BaseMessage) -> bool:
+    """Tell whether an answer is the part the model wrote before the user stopped it."""
+    return bool(message.response_metadata.get("interrupted"))
+
+
+async def _next_or_stop(chunks: Any, stop: asyncio.Event | None) -> AIMessageChunk | None:
+    """Return the stream's next chunk, or None when it ends or `stop` is set first."""
+    step = asyncio.ensure_future(anext(chunks, None))
+    if stop is None:
+        return await step
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({step, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if step.done():
+        return step.result()
+    step.cancel()  # the model call's HTTP response is closed: the model stops writing
+    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+        await step
+    return None
 
 
 def _turn_messages(state: ConversationState) -> list[BaseMessage]:
@@ -142,8 +183,13 @@ class Nodes:
             "tool_rounds": 0,
         }
 
-    async def agent(self, state: ConversationState) -> dict[str, Any]:
-        """Call the chat model; past the tool cap, call it without tools."""
+    async def agent(self, state: ConversationState, config: RunnableConfig) -> dict[str, Any]:
+        """Call the chat model; past the tool cap, call it without tools.
+
+        A live turn (see `is_live`) streams the answer as it is written and ends early
+        when the user stops it: what was written by then is the answer, marked
+        `interrupted`, and no tool it asked for runs.
+        """
         rounds = state.get("tool_rounds", 0)
         capped = rounds >= self.deps.settings.max_tool_rounds
         model: Any = self.deps.chat_model if capped else self.model_with_tools
@@ -151,11 +197,16 @@ class Nodes:
         if capped:
             messages.append(HumanMessage(prompts.CAP_REACHED_NOTE))
         try:
-            answer = await model.ainvoke(messages)
+            if is_live(config):
+                answer = await self._stream(model, messages, state)
+            else:
+                answer = await model.ainvoke(messages)
         except Exception as exc:
             raise ModelFailure(f"model call failed: {type(exc).__name__}: {exc}") from exc
         if not isinstance(answer, AIMessage):
             raise ModelFailure(f"model returned {type(answer).__name__}")
+        if interrupted(answer):
+            return {"messages": [answer]}
         if capped and (answer.tool_calls or not reply_text(answer)):
             text = reply_text(answer) or _cap_fallback(state.get("language"))
             answer = AIMessage(text, id=answer.id, usage_metadata=answer.usage_metadata)
@@ -173,6 +224,9 @@ class Nodes:
                 state["user_id"],
                 len(reply_text(answer)),
             )
+        if answer.tool_calls:
+            # The live reply shows what runs now instead of the text written before it.
+            get_stream_writer()({"tools": [c["name"] for c in answer.tool_calls]})
         usage = dict(state.get("usage") or {"input": 0, "output": 0})
         if answer.usage_metadata:
             usage["input"] = usage.get("input", 0) + answer.usage_metadata.get("input_tokens", 0)
@@ -182,6 +236,35 @@ class Nodes:
             "tool_rounds": rounds + (1 if answer.tool_calls else 0),
             "usage": usage,
         }
+
+    async def _stream(
+        self, model: Any, messages: Sequence[BaseMessage], state: ConversationState
+    ) -> AIMessage:
+        """Call the model streaming: each piece of text goes to the stream writer as it
+        comes; a stop ends the call, and what was written is the interrupted answer."""
+        write = get_stream_writer()
+        stop = self.deps.stops.get(state["user_id"])
+        whole: AIMessageChunk | None = None
+        if stop is None or not stop.is_set():
+            chunks = aiter(model.astream(messages, stream_usage=True))
+            try:
+                while (chunk := await _next_or_stop(chunks, stop)) is not None:
+                    whole = chunk if whole is None else whole + chunk
+                    if chunk.text:
+                        write({"text": chunk.text})
+            finally:
+                with contextlib.suppress(Exception):
+                    await chunks.aclose()
+        if stop is not None and stop.is_set():
+            said = reply_text(whole) if whole is not None else ""
+            text = said or prompts.STOPPED_EMPTY_REPLY[lang_of(state.get("language"))]
+            logger.info("turn of %s stopped by the user", state["user_id"])
+            return AIMessage(text, response_metadata={"interrupted": True})
+        if whole is None:
+            raise ModelFailure("model stream ended without a message")
+        answer = message_chunk_to_message(whole)
+        assert isinstance(answer, AIMessage)
+        return answer
 
     def route_after_agent(
         self, state: ConversationState
@@ -240,7 +323,15 @@ class Nodes:
         for is not lost with it.
         """
         delivery = (config.get("configurable") or {}).get("delivery")
-        reply = reply_text(state["messages"][-1])
+        answer = state["messages"][-1]
+        reply = reply_text(answer)
+        meta, shown = None, reply
+        if interrupted(answer):
+            # Stored as written (the model is told it was cut); shown with a mark.
+            meta = {"interrupted": True}
+            lang = lang_of(state.get("language"))
+            if reply != prompts.STOPPED_EMPTY_REPLY[lang]:
+                shown = f"{reply}…\n\n{prompts.STOPPED_MARK[lang]}"
         records = state.get("tool_records") or []
         stored = 1 + len(records) + 1
         conversation_id = uuid.UUID(state["conversation_id"])
@@ -258,14 +349,14 @@ class Nodes:
                             conn=conn,
                         )
                     await conversations.append_message(
-                        conversation_id, "assistant", reply, conn=conn
+                        conversation_id, "assistant", reply, meta, conn=conn
                     )
                     await self.deps.users.advance_active_messages_count(
                         state["user_id"], stored, conn=conn
                     )
                     if delivery is not None:
                         await self.deps.delivery.add_reply(
-                            Delivery.from_config(delivery), reply, conn=conn
+                            Delivery.from_config(delivery), shown, conn=conn
                         )
         except (psycopg.Error, PoolTimeout):
             logger.error(
@@ -273,8 +364,8 @@ class Nodes:
                 state["conversation_id"],
                 exc_info=True,
             )
-            return {"reply": reply, "stored_count": 1, "reply_stored": False}
-        return {"reply": reply, "stored_count": stored, "reply_stored": True}
+            return {"reply": shown, "stored_count": 1, "reply_stored": False}
+        return {"reply": shown, "stored_count": stored, "reply_stored": True}
 
     async def extract_facts(self, state: ConversationState) -> dict[str, Any]:
         """Extract facts from the messages not extracted yet; a failure loses nothing."""

@@ -106,6 +106,18 @@ CAP_REACHED_NOTE = (
 )
 
 # Said to the user when the model still wants tools after the cap and writes no answer.
+# The reply to a turn the user stopped before the model wrote anything.
+STOPPED_EMPTY_REPLY = {
+    "ru": "Остановлено.",
+    "en": "Stopped.",
+}
+
+# Ends what the user sees of an answer they stopped midway.
+STOPPED_MARK = {
+    "ru": "⏹ остановлено",
+    "en": "⏹ stopped",
+}
+
 CAP_FALLBACK_REPLY = {
     "ru": "Не успел закончить: слишком много шагов с инструментами. Уточните, пожалуйста, запрос.",
     "en": "I couldn't finish: it took too many tool steps. Could you narrow the request down?",

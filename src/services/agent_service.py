@@ -56,6 +56,19 @@ class TurnResult:
 
 
 @dataclass
+class TurnStream:
+    """Watch one turn live: the answer's text as the model writes it, the tools it runs,
+    and a way to stop it (`stop.set()`: the answer so far becomes the reply)."""
+
+    on_text: Callable[[str], None]
+    """Called with each new piece of the answer's text."""
+    on_tools: Callable[[list[str]], None]
+    """Called with the names of the tools that run now; the text written before them
+    was not the answer (the next piece starts it anew)."""
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass
 class CompressResult:
     """What /compress did: how many messages and tokens the context is shorter by."""
 
@@ -136,14 +149,18 @@ class AgentService:
         return None
 
     async def handle_message(
-        self, identity: Identity, text: str, delivery: Delivery | None = None
+        self,
+        identity: Identity,
+        text: str,
+        delivery: Delivery | None = None,
+        stream: TurnStream | None = None,
     ) -> TurnResult:
         """Store the user's message, run the graph, and return the reply.
 
         With a `delivery` (a Telegram update from the inbox), the stored message is
         linked to the update and the reply is stored in the outbox in the reply's own
         transaction; the same update run again (its worker died) reuses the stored
-        message instead of storing it twice.
+        message instead of storing it twice. With a `stream`, the turn is watched live.
 
         The reply is returned as soon as it is stored; the memory work after it (facts,
         summary) goes on in the background under the owner's turn lock, and gives way:
@@ -155,7 +172,7 @@ class AgentService:
             return TurnResult(refusal, ok=False, stored=False)
         loop = asyncio.get_running_loop()
         result: asyncio.Future[TurnResult] = loop.create_future()
-        task = asyncio.create_task(self._run_turn(identity, text, result, delivery))
+        task = asyncio.create_task(self._run_turn(identity, text, result, delivery, stream))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         return await asyncio.shield(result)
@@ -166,6 +183,7 @@ class AgentService:
         text: str,
         result: asyncio.Future[TurnResult],
         delivery: Delivery | None = None,
+        stream: TurnStream | None = None,
     ) -> None:
         started = time.perf_counter()
         lang = identity.language_code
@@ -177,7 +195,7 @@ class AgentService:
                 await self.deps.users.get_or_create(
                     identity.owner_id, identity.username, identity.first_name, lang
                 )
-                await self._turn_locked(identity, text, result, started, progress, delivery)
+                await self._turn_locked(identity, text, result, started, progress, delivery, stream)
         except DB_ERRORS:
             logger.error("database unavailable for a turn of %s", identity.owner_id, exc_info=True)
             if not result.done():
@@ -207,6 +225,7 @@ class AgentService:
         started: float,
         progress: dict[str, bool],
         delivery: Delivery | None = None,
+        stream: TurnStream | None = None,
     ) -> None:
         deps, lang = self.deps, identity.language_code
         now = deps.clock()
@@ -235,11 +254,19 @@ class AgentService:
         configurable: dict[str, Any] = {"thread_id": str(conversation_id)}
         if delivery is not None:
             configurable["delivery"] = delivery.as_config()
+        if stream is not None:
+            configurable["live"] = True
+            deps.stops[identity.owner_id] = stream.stop
         config = {"configurable": configurable, "run_name": "turn"}
         outcome = TurnResult("", conversation_id=str(conversation_id))
         try:
-            async for update in self.graph.astream(state, config, stream_mode="updates"):
-                for node, values in update.items():
+            async for mode, chunk in self.graph.astream(
+                state, config, stream_mode=["updates", "custom"]
+            ):
+                if mode == "custom":
+                    self._relay(stream, chunk)
+                    continue
+                for node, values in chunk.items():
                     self._collect(outcome, node, values or {})
                     if node == "save_response":
                         outcome.ms = (time.perf_counter() - started) * 1000
@@ -256,6 +283,9 @@ class AgentService:
                     )
                 )
             return
+        finally:
+            if stream is not None and deps.stops.get(identity.owner_id) is stream.stop:
+                del deps.stops[identity.owner_id]
         logger.info(
             "turn user=%s conv=%s in=%d chars out=%d chars tools=%s tokens=%d/%d ctx=%d ms=%.1f",
             identity.owner_id,
@@ -296,6 +326,16 @@ class AgentService:
                 "user",
                 stamp(text, deps.clock(), self.settings),
             )
+
+    @staticmethod
+    def _relay(stream: TurnStream | None, event: Any) -> None:
+        """Pass what the agent node writes as it goes to whoever watches the turn."""
+        if stream is None or not isinstance(event, dict):
+            return
+        if "text" in event:
+            stream.on_text(event["text"])
+        elif "tools" in event:
+            stream.on_tools(list(event["tools"]))
 
     @staticmethod
     def _collect(outcome: TurnResult, node: str, values: dict[str, Any]) -> None:

@@ -17,6 +17,7 @@ TEXTS: dict[str, dict[str, str]] = {
             "/mute — включить или выключить напоминания\n"
             "/memory — что я о вас помню; /memory clear — забыть факты и прошлые беседы\n"
             "/compress — сжать старую часть разговора\n"
+            "/stop — остановить ответ, который я сейчас пишу\n"
             "/help — эта справка\n"
             "В группе /new, /forget, /memory clear и /compress — только для её администраторов."
         ),
@@ -56,6 +57,17 @@ TEXTS: dict[str, dict[str, str]] = {
         "cmd_mute": "включить или выключить напоминания",
         "cmd_memory": "что я помню; /memory clear — забыть факты и беседы",
         "cmd_compress": "сжать старую часть разговора",
+        "cmd_stop": "остановить ответ, который я пишу",
+        "stop_button": "⏹ Стоп",
+        "stopped": "Остановлено.",
+        "nothing_to_stop": "Сейчас я ничего не пишу: останавливать нечего.",
+        "stop_not_yours": (
+            "Остановить ответ может тот, кто задал вопрос, или администратор группы."
+        ),
+        "status_search": "🔎 ищу в истории…",
+        "status_memory": "🧠 вспоминаю прошлые разговоры…",
+        "status_thread": "🗂 перебираю разговор…",
+        "status_tool": "⚙️ работаю…",
         "memory_title": "Что я помню:",
         "memory_window": "Сообщений в рабочей памяти: {window} (всего в разговоре: {stored}).",
         "memory_summary": "Краткое содержание разговора:\n{summary}",
@@ -108,6 +120,7 @@ TEXTS: dict[str, dict[str, str]] = {
             "/mute — turn reminders off or on\n"
             "/memory — what I remember about you; /memory clear — forget facts and past chats\n"
             "/compress — compress the older part of the conversation\n"
+            "/stop — stop the answer I am writing now\n"
             "/help — this help\n"
             "In a group, /new, /forget, /memory clear and /compress are for its administrators."
         ),
@@ -147,6 +160,15 @@ TEXTS: dict[str, dict[str, str]] = {
         "cmd_mute": "turn reminders off or on",
         "cmd_memory": "what I remember; /memory clear forgets facts and chats",
         "cmd_compress": "compress the older part of the conversation",
+        "cmd_stop": "stop the answer I am writing",
+        "stop_button": "⏹ Stop",
+        "stopped": "Stopped.",
+        "nothing_to_stop": "I am not writing anything right now: there is nothing to stop.",
+        "stop_not_yours": "Only the one who asked, or a group administrator, can stop this answer.",
+        "status_search": "🔎 searching the history…",
+        "status_memory": "🧠 recalling earlier conversations…",
+        "status_thread": "🗂 going through the conversation…",
+        "status_tool": "⚙️ working…",
         "memory_title": "What I remember:",
         "memory_window": "Messages in working memory: {window} (stored in this conversation: "
         "{stored}).",
@@ -195,3 +217,18 @@ def t(key: str, language_code: str | None = None, **values: object) -> str:
     """Return the text `key` in the user's language, formatted with `values`."""
     text = TEXTS[lang_of(language_code)][key]
     return text.format(**values) if values else text
+
+
+# What the live reply says while a tool runs (src/bot/live.py, the terminal chat).
+STATUS_KEYS = {
+    "search_history": "status_search",
+    "recall_previous_conversations": "status_memory",
+    "view_thread": "status_thread",
+}
+
+
+def status_line(tools: list[str], lang: str | None) -> str:
+    """Say what the running tools do, in one line (never their arguments or output)."""
+    keys = {STATUS_KEYS.get(name, "status_tool") for name in tools}
+    key = keys.pop() if len(keys) == 1 else "status_tool"
+    return t(key, lang)

@@ -24,6 +24,8 @@ ROLE_LABELS = {"user": "User", "assistant": "Assistant", "tool": "Tool", "system
 SUMMARY_LABEL = "Summary"
 # The widest label working memory can carry: what budgets assume for every message.
 WIDEST_LABEL = "[9999] Assistant: "
+# Appended, for the model, to a stored answer the user stopped midway (/stop).
+INTERRUPTED_NOTE = "[interrupted by the user]"
 # A model imitating the numbered thread may start its answer with "[7] Assistant:".
 _ECHOED_PREFIX = re.compile(r"^\s*(\[\d+\]\s*)?(Assistant|Ассистент)\s*:\s*", re.IGNORECASE)
 
@@ -48,6 +50,9 @@ def render_row(row: Row, prefix: str) -> BaseMessage:
     if role == "user":
         return HumanMessage(content)
     if role == "assistant":
+        if meta.get("interrupted"):
+            said = row.get("content")
+            content = prefix + (f"{said}\n{INTERRUPTED_NOTE}" if said else INTERRUPTED_NOTE)
         calls = meta.get("tool_calls") or []
         return AIMessage(content, tool_calls=calls) if calls else AIMessage(content)
     if role == "tool" and meta.get("tool_call_id"):

@@ -1,0 +1,254 @@
+"""Show an answer while the model writes it, and stop it on request (/stop, the Stop button).
+
+A private chat gets a draft (`sendMessageDraft`) renewed at most every DRAFT_EVERY
+seconds; a group, and a private chat whose Bot API server has no drafts, gets a message
+edited at most every EDIT_EVERY seconds, with a Stop button under it. While tools run,
+the draft or message shows one status line, never their output.
+
+The final reply is not sent here: the outbox sends it, so it is stored and sent exactly
+once like any reply. A draft simply gives way to it; the edited message becomes its first
+part. Live updates are best effort and never hold the turn up: a 429 pauses them for
+`retry_after` (PTB's rate limiter waits it out), a refused draft falls back to editing a
+message, and a refused edit to the final message alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+
+from telegram import (
+    Bot,
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+    Message,
+    ReplyParameters,
+)
+from telegram.constants import MessageLimit
+from telegram.error import (
+    BadRequest,
+    EndPointNotFound,
+    Forbidden,
+    RetryAfter,
+    TelegramError,
+)
+
+from src.bot.chats import is_private
+from src.bot.formatting import split_message
+from src.services.agent_service import TurnStream
+from src.services.texts import status_line, t
+
+logger = logging.getLogger(__name__)
+
+DRAFT_EVERY = 0.4  # seconds between draft updates in one chat
+EDIT_EVERY = 1.0  # seconds between edits of a live message in one chat
+# A group's live message starts only after this long of writing: a quick answer is sent
+# once, without a message that is edited a moment later.
+FIRST_EDIT_AFTER = 1.0
+# How long the final reply waits for a live update on its way: the first message's id is
+# needed (or the final reply would come beside it), and a late draft or edit would
+# cover the final text.
+IN_FLIGHT_WAIT = 5.0
+STOP_DATA = "stop"  # the Stop button's callback data
+
+
+def stop_button(lang: str | None) -> InlineKeyboardMarkup:
+    """The Stop button under a live message."""
+    return InlineKeyboardMarkup(
+        [[InlineKeyboardButton(t("stop_button", lang), callback_data=STOP_DATA)]]
+    )
+
+
+class LiveReply:
+    """One turn's answer, shown while it is written; its `stream` goes to the turn."""
+
+    def __init__(self, bot: Bot, message: Message, show: bool = True) -> None:
+        self.bot = bot
+        self.chat_id = message.chat_id
+        self.thread_id = message.message_thread_id if message.is_topic_message else None
+        self.private = is_private(message)
+        self.reply_to = None if self.private else message.message_id
+        self.asker = message.from_user.id if message.from_user else None
+        self.lang = message.from_user.language_code if message.from_user else None
+        self.mode = ("draft" if self.private else "edit") if show else "off"
+        self.message_id: int | None = None
+        """The live message (edit mode): the final reply's first part replaces it."""
+        self.draft_id = secrets.randbelow(2**31 - 2**16) + 1
+        self.calls = 0
+        """Bot API calls made to show the answer live."""
+        self.first_shown: float | None = None
+        """When (loop time) the first text was visible."""
+        self.stream = TurnStream(self._on_text, self._on_tools)
+        self._text = ""
+        self._tools: list[str] = []
+        self._shown: tuple[str, int] | None = None
+        self._changed = asyncio.Event()
+        self._closed = asyncio.Event()
+        self._busy = False
+        self._task: asyncio.Task[None] | None = None
+
+    # --- what the turn reports ------------------------------------------------------------
+
+    def _on_text(self, piece: str) -> None:
+        self._text += piece
+        self._tools = []
+        self._changed.set()
+
+    def _on_tools(self, names: list[str]) -> None:
+        self._text, self._tools = "", names
+        self._changed.set()
+
+    def view(self) -> tuple[str, int]:
+        """Return what to show now and which part of the answer it is.
+
+        A draft shows the part being written (a long answer continues in the next
+        message); an edited message can only hold the first part.
+        """
+        parts = split_message(self._text) if self._text else []
+        index = (len(parts) - 1 if self.mode == "draft" else 0) if parts else 0
+        body = parts[index] if parts else ""
+        if self._tools:
+            body = f"{body}\n\n{status_line(self._tools, self.lang)}".strip()
+        return body[: MessageLimit.MAX_TEXT_LENGTH], index
+
+    # --- showing it -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Begin showing what the turn writes."""
+        if self.mode != "off":
+            self._task = asyncio.create_task(self._run(), name=f"live-{self.chat_id}")
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        await self._changed.wait()
+        if self.mode == "edit" and await self._closing_within(FIRST_EDIT_AFTER):
+            return
+        next_at = 0.0
+        while self.mode != "off" and not self._closed.is_set():
+            await self._changed.wait()
+            if await self._closing_within(next_at - loop.time()):
+                return
+            self._changed.clear()
+            view, part = self.view()
+            if not view or (view, part) == self._shown:
+                continue
+            await self._show(view, part)
+            next_at = loop.time() + (DRAFT_EVERY if self.mode == "draft" else EDIT_EVERY)
+
+    async def _closing_within(self, seconds: float) -> bool:
+        """Wait `seconds`; tell whether the reply was finished meanwhile."""
+        if seconds > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closed.wait(), seconds)
+        return self._closed.is_set()
+
+    async def _show(self, view: str, part: int) -> None:
+        self._busy = True
+        try:
+            await self._call(view, part)
+        except RetryAfter as exc:
+            # The rate limiter waited and retried already: let the next change try.
+            logger.info("live reply in %s: flood limit (%s)", self.chat_id, exc)
+            self._changed.set()
+            return
+        except (BadRequest, EndPointNotFound) as exc:
+            if "not modified" in exc.message.lower():
+                self._shown = (view, part)
+                return
+            self._fall_back(exc)
+            return
+        except Forbidden as exc:
+            logger.info("live reply in %s refused: %s", self.chat_id, exc.message)
+            self.mode = "off"
+            return
+        except TelegramError as exc:
+            # A timeout or a 5xx: the next change tries again.
+            logger.info("live reply in %s not shown: %s", self.chat_id, exc)
+            return
+        finally:
+            self._busy = False
+        self.calls += 1
+        self._shown = (view, part)
+        if self.first_shown is None:
+            self.first_shown = asyncio.get_running_loop().time()
+
+    async def _call(self, view: str, part: int) -> None:
+        if self.mode == "draft":
+            await self.bot.send_message_draft(
+                self.chat_id, self.draft_id + part, view, message_thread_id=self.thread_id
+            )
+        elif self.message_id is None:
+            sent = await self.bot.send_message(
+                self.chat_id,
+                view,
+                message_thread_id=self.thread_id,
+                reply_parameters=self._quote(),
+                reply_markup=stop_button(self.lang),
+            )
+            self.message_id = sent.message_id
+        else:
+            await self.bot.edit_message_text(
+                view, self.chat_id, self.message_id, reply_markup=stop_button(self.lang)
+            )
+
+    def _fall_back(self, exc: TelegramError) -> None:
+        if self.mode == "draft":
+            logger.info("drafts refused in %s (%s): editing a message", self.chat_id, exc.message)
+            self.mode = "edit"
+            self._changed.set()
+        else:
+            logger.info(
+                "live edits refused in %s (%s): final reply only", self.chat_id, exc.message
+            )
+            self.mode = "off"
+
+    def _quote(self) -> ReplyParameters | None:
+        if self.reply_to is None:
+            return None
+        return ReplyParameters(self.reply_to, allow_sending_without_reply=True)
+
+    async def finish(self) -> int | None:
+        """Stop showing; return the live message the final reply replaces, if any."""
+        self._closed.set()
+        self._changed.set()
+        task, self._task = self._task, None
+        if task is not None:
+            # An update on its way is waited for (see IN_FLIGHT_WAIT); a pause is not.
+            try:
+                await asyncio.wait_for(asyncio.shield(task), IN_FLIGHT_WAIT if self._busy else 0.05)
+            except TimeoutError:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            except Exception:
+                logger.warning("live reply in %s failed", self.chat_id, exc_info=True)
+        return self.message_id
+
+
+class LiveTurns:
+    """This process's live turns, by chat: what /stop and the Stop button stop."""
+
+    def __init__(self) -> None:
+        self._by_chat: dict[int, LiveReply] = {}
+
+    def add(self, live: LiveReply) -> None:
+        """Register a turn that has begun."""
+        self._by_chat[live.chat_id] = live
+
+    def remove(self, live: LiveReply) -> None:
+        """Forget a turn that has ended."""
+        if self._by_chat.get(live.chat_id) is live:
+            del self._by_chat[live.chat_id]
+
+    def stop(self, chat_id: int, user_id: int, admin: bool) -> str | None:
+        """Stop the chat's live turn here; return "stopped", "not_yours" (a group member
+        who neither asked nor administers), or None when no turn of the chat runs here."""
+        live = self._by_chat.get(chat_id)
+        if live is None:
+            return None
+        if not (live.private or admin or live.asker in (None, user_id)):
+            return "not_yours"
+        live.stream.stop.set()
+        return "stopped"
