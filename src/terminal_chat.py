@@ -117,7 +117,8 @@ async def chat_loop(
     stdout: TextIO,
     stream: bool = True,
 ) -> None:
-    """Read lines until EOF or /exit, answering each (`stream`: as it is written)."""
+    """Read lines until EOF or /exit, answering each (`stream`: as it is written, when a
+    person types at a terminal)."""
     interactive = stdin.isatty()
     while True:
         if interactive:
@@ -133,7 +134,9 @@ async def chat_loop(
             continue
         if interactive:
             stdout.write("bot> ")
-        printer = Printer(stdout, identity.language_code) if stream else None
+        # Piped output keeps one line per answer; a person watches it being written.
+        live = stream and interactive
+        printer = Printer(stdout, identity.language_code) if live else None
         watch = printer.stream if printer is not None else None
         reply = await answer_line(service, identity, line, watch)
         if printer is not None:

@@ -31,6 +31,7 @@ from telegram.error import (
     BadRequest,
     EndPointNotFound,
     Forbidden,
+    InvalidToken,
     RetryAfter,
     TelegramError,
 )
@@ -48,9 +49,11 @@ EDIT_EVERY = 1.0  # seconds between edits of a live message in one chat
 # once, without a message that is edited a moment later.
 FIRST_EDIT_AFTER = 1.0
 # How long the final reply waits for a live update on its way: the first message's id is
-# needed (or the final reply would come beside it), and a late draft or edit would
-# cover the final text.
-IN_FLIGHT_WAIT = 5.0
+# needed (or the final reply would come beside it); a draft or an edit is cancelled
+# sooner (one already written to Telegram arrives before the final reply's request, and
+# one still queued by the rate limiter is never sent).
+FIRST_SEND_WAIT = 5.0
+UPDATE_WAIT = 0.5
 STOP_DATA = "stop"  # the Stop button's callback data
 
 
@@ -153,7 +156,8 @@ class LiveReply:
             logger.info("live reply in %s: flood limit (%s)", self.chat_id, exc)
             self._changed.set()
             return
-        except (BadRequest, EndPointNotFound) as exc:
+        except (BadRequest, EndPointNotFound, InvalidToken) as exc:
+            # PTB raises InvalidToken for a 404: here, a server without the method.
             if "not modified" in exc.message.lower():
                 self._shown = (view, part)
                 return
@@ -193,6 +197,12 @@ class LiveReply:
                 view, self.chat_id, self.message_id, reply_markup=stop_button(self.lang)
             )
 
+    def _in_flight_wait(self) -> float:
+        if not self._busy:
+            return 0.05  # nothing on its way: the task only waits for changes
+        first = self.mode == "edit" and self.message_id is None
+        return FIRST_SEND_WAIT if first else UPDATE_WAIT
+
     def _fall_back(self, exc: TelegramError) -> None:
         if self.mode == "draft":
             logger.info("drafts refused in %s (%s): editing a message", self.chat_id, exc.message)
@@ -215,9 +225,9 @@ class LiveReply:
         self._changed.set()
         task, self._task = self._task, None
         if task is not None:
-            # An update on its way is waited for (see IN_FLIGHT_WAIT); a pause is not.
+            # An update on its way is waited for (see FIRST_SEND_WAIT); a pause is not.
             try:
-                await asyncio.wait_for(asyncio.shield(task), IN_FLIGHT_WAIT if self._busy else 0.05)
+                await asyncio.wait_for(asyncio.shield(task), self._in_flight_wait())
             except TimeoutError:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -82,9 +82,11 @@ def interrupted(message: BaseMessage) -> bool:
 
 async def _next_or_stop(chunks: Any, stop: asyncio.Event | None) -> AIMessageChunk | None:
     """Return the stream's next chunk, or None when it ends or `stop` is set first."""
-    step = asyncio.ensure_future(anext(chunks, None))
     if stop is None:
-        return await step
+        return await anext(chunks, None)
+    if stop.is_set():
+        return None
+    step = asyncio.ensure_future(anext(chunks, None))
     stopping = asyncio.ensure_future(stop.wait())
     try:
         await asyncio.wait({step, stopping}, return_when=asyncio.FIRST_COMPLETED)
