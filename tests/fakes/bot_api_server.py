@@ -13,30 +13,54 @@ it never saw.
 
 Recording semantics: `calls` holds every method call (including failed ones); `sent` holds
 only successful sendMessage/editMessageText/send<Media> calls, i.e. what the user saw.
+Accepted drafts go to `drafts`, keyboard-only edits to `markup_edits`, deletions to `deleted`
+and answers to button presses to `callback_answers`; none of them is in `sent`.
+
+Drafts (`sendMessageDraft`, Bot API 9.3; optional text since 10.0, which PTB 22.8 speaks):
+private chats only (a group gets 400 "TEXTDRAFT_PEER_INVALID"), a non-zero integer
+`draft_id` (else 400 "RANDOM_ID_INVALID", as Telegram's servers call it), at most 4096
+characters after formatting; an empty text is the "Thinking..." placeholder. With
+`drafts_supported = False` the method is unknown (404), like an older self-hosted server.
+
+Inline keyboards: a bot message keeps the inline keyboard it was sent or last edited with;
+editMessageText without `reply_markup` removes it, as on Telegram, and "message is not
+modified" compares the text (with its formatting) and the keyboard. `push_callback` presses
+a button that is there; `answerCallbackQuery` answers each query once. The checks of
+`reply_markup` are in `tests.fakes.bot_api_markup`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import html
+import copy
 import itertools
 import json
 import re
 import threading
 import time
+import zlib
 from collections import deque
 from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.bot_api_markup import (
+    callback_data_of,
+    content_key,
+    inline_markup,
+    markup_problem,
+    visible_text,
+)
 from tests.fakes.openai_server import BackgroundAiohttpServer
 
 SEND_METHODS = {"sendmessage", "sendphoto", "senddocument", "sendvoice", "sendsticker"}
-CHAT_METHODS = SEND_METHODS | {"editmessagetext", "sendchataction"}
+CHAT_METHODS = SEND_METHODS | {
+    "editmessagetext", "editmessagereplymarkup", "deletemessage", "sendchataction",
+    "sendmessagedraft",
+}  # fmt: skip
 TRUE_METHODS = {
-    "setwebhook", "deletewebhook", "setmycommands", "deletemycommands", "answercallbackquery",
-    "close", "logout", "deletemessage", "setmessagereaction", "setmydescription",
-    "setmyshortdescription", "setchatmenubutton",
+    "setwebhook", "deletewebhook", "setmycommands", "deletemycommands", "close", "logout",
+    "setmessagereaction", "setmydescription", "setmyshortdescription", "setchatmenubutton",
 }  # fmt: skip
 STRING_FIELDS = {
     "text", "caption", "parse_mode", "action", "callback_query_id", "url", "secret_token",
@@ -50,6 +74,12 @@ ERROR_TEXT = {
     429: "Too Many Requests",
     500: "Internal Server Error",
 }
+NOT_MODIFIED = (
+    "Bad Request: message is not modified: specified new message content and reply markup are "
+    "exactly the same as a current content and reply markup of the message"
+)
+QUERY_INVALID = "Bad Request: query is too old and response timeout expired or query ID is invalid"
+MAX_CALLBACK_ANSWER = 200  # characters of an answerCallbackQuery text
 # ChatMember.status values, and the fields Telegram sends with each beyond `status`/`user`.
 ADMIN_RIGHTS = (
     "can_manage_chat", "can_delete_messages", "can_manage_video_chats", "can_restrict_members",
@@ -102,6 +132,16 @@ def _decode(name: str, value: str) -> Any:
         return value
 
 
+def _int(value: Any) -> int:
+    """Read an integer parameter as the Bot API server does: anything else is 0."""
+    if isinstance(value, bool):
+        return 0
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
 def _as_chat_id(value: Any) -> int | str | None:
     """Normalize a chat_id parameter to int where possible."""
     try:
@@ -125,22 +165,31 @@ class FakeBotAPI(BackgroundAiohttpServer):
     ) -> None:
         super().__init__(host, port)
         self.token = token
-        self.bot_user = {"id": bot_id, "is_bot": True, "first_name": first_name}
+        self.bot_user: dict[str, Any] = {"id": bot_id, "is_bot": True, "first_name": first_name}
         self.bot_user |= {"username": username, "can_join_groups": True}
         self.max_poll_timeout = max_poll_timeout
         self.max_message_length = 4096
         self.reject_parse_mode = False
         self.delay = 0.0
         self.webhook_url = ""
+        self.drafts_supported = True
         self.updates: list[dict[str, Any]] = []
         self.sent: list[dict[str, Any]] = []
+        self.drafts: list[dict[str, Any]] = []
+        self.markup_edits: list[dict[str, Any]] = []
+        self.deleted: list[dict[str, Any]] = []
+        self.callback_answers: list[dict[str, Any]] = []
         self.actions: list[dict[str, Any]] = []
         self.calls: list[dict[str, Any]] = []
         self.commands: dict[str, Any] = {}
         self.files: dict[str, bytes] = {}
         self.blocked: set[int | str] = set()
         self._faults: dict[str, deque[dict[str, Any]]] = {}
-        self._bot_texts: dict[tuple[Any, int], str] = {}
+        # The bot's messages as Telegram holds them now, and what "not modified" compares.
+        self._bot_messages: dict[tuple[Any, int], dict[str, Any]] = {}
+        self._contents: dict[tuple[Any, int], tuple[Any, ...]] = {}
+        self._user_messages: set[tuple[Any, int]] = set()
+        self._open_queries: dict[str, dict[str, Any]] = {}  # id -> callback query, unanswered
         self._chats: dict[Any, dict[str, Any]] = {}
         self._users: dict[int, dict[str, Any]] = {bot_id: self.bot_user}
         self._writers: set[tuple[Any, int]] = set()  # (chat, user): wrote there, a member
@@ -149,6 +198,7 @@ class FakeBotAPI(BackgroundAiohttpServer):
         self._update_ids = itertools.count(1)
         self._message_ids = itertools.count(1)
         self._file_ids = itertools.count(1)
+        self._query_ids = itertools.count(1)
         self._changed = threading.Condition(self._lock)
         self._wakeup: asyncio.Event | None = None
 
@@ -204,6 +254,17 @@ class FakeBotAPI(BackgroundAiohttpServer):
         """Return just the texts of `messages_to(chat_id)`."""
         return [m["text"] for m in self.messages_to(chat_id)]
 
+    def drafts_to(self, chat_id: int | str) -> list[dict[str, Any]]:
+        """Return the drafts accepted for one chat, in order."""
+        with self._lock:
+            return [d for d in self.drafts if d["chat_id"] == _as_chat_id(chat_id)]
+
+    def bot_message(self, chat_id: int | str, message_id: int) -> dict[str, Any] | None:
+        """Return the bot's message as Telegram holds it now (None: unknown or deleted)."""
+        with self._lock:
+            message = self._bot_messages.get((self._chat(_as_chat_id(chat_id))["id"], message_id))
+            return copy.deepcopy(message)
+
     def calls_of(self, method: str) -> list[dict[str, Any]]:
         """Return the recorded calls of one method (case-insensitive)."""
         with self._lock:
@@ -234,18 +295,25 @@ class FakeBotAPI(BackgroundAiohttpServer):
         return found
 
     def clear(self) -> None:
-        """Forget recorded calls, messages, actions, pending updates and faults."""
+        """Forget recorded calls, messages, drafts, edits, deletions, callback queries and
+        answers, actions, pending updates and faults."""
         with self._lock:
-            for items in (self.sent, self.actions, self.calls, self.updates):
+            for items in (
+                self.sent, self.drafts, self.markup_edits, self.deleted, self.callback_answers,
+                self.actions, self.calls, self.updates,
+            ):  # fmt: skip
                 items.clear()
+            self._open_queries.clear()
             self._faults.clear()
             self.blocked.clear()
 
     def reset(self) -> None:
-        """Clear everything and restore delay, parse-mode, webhook and command settings."""
+        """Clear everything and restore delay, parse-mode, drafts, webhook and command
+        settings."""
         with self._lock:
             self.clear()
             self.reject_parse_mode = False
+            self.drafts_supported = True
             self.delay = 0.0
             self.webhook_url = ""
             self.commands.clear()
@@ -335,11 +403,7 @@ class FakeBotAPI(BackgroundAiohttpServer):
         new_id: bool = True,
     ) -> dict[str, Any]:
         """Build the common part of a user message."""
-        user: dict[str, Any] = {"id": user_id, "is_bot": False, "first_name": first_name}
-        if username:
-            user["username"] = username
-        if language_code:
-            user["language_code"] = language_code
+        user = self._user(user_id, first_name, username, language_code)
         if chat_type == "private":
             chat = {"id": user_id if chat_id is None else chat_id, "type": "private"}
             chat |= {k: v for k, v in user.items() if k in ("first_name", "username")}
@@ -356,18 +420,46 @@ class FakeBotAPI(BackgroundAiohttpServer):
             if new_id:
                 message_id = next(self._message_ids)
                 self._last_message[(chat["id"], user_id)] = message_id
+                self._user_messages.add((chat["id"], message_id))
         message = {"message_id": message_id, "date": int(time.time()), "chat": chat, "from": user}
         if reply_to_bot:
             message["reply_to_message"] = self._bot_message(chat, "previous bot message")
         return message
 
-    def _bot_message(self, chat: dict[str, Any], text: str) -> dict[str, Any]:
-        """Build a message sent by the bot and remember its text."""
+    @staticmethod
+    def _user(
+        user_id: int,
+        first_name: str = "Test",
+        username: str | None = "test_user",
+        language_code: str | None = "ru",
+    ) -> dict[str, Any]:
+        """Build a User object for a person."""
+        user: dict[str, Any] = {"id": user_id, "is_bot": False, "first_name": first_name}
+        if username:
+            user["username"] = username
+        if language_code:
+            user["language_code"] = language_code
+        return user
+
+    def _bot_message(
+        self,
+        chat: dict[str, Any],
+        text: str,
+        field: str = "text",
+        markup: dict[str, Any] | None = None,
+        parse_mode: str | None = None,
+    ) -> dict[str, Any]:
+        """Build a message sent by the bot and remember it as Telegram holds it."""
+        message = {"date": int(time.time()), "chat": chat, "from": self.bot_user}
+        if text:
+            message[field] = text
+        if markup is not None:
+            message["reply_markup"] = markup
         with self._lock:
-            message_id = next(self._message_ids)
-            self._bot_texts[(chat["id"], message_id)] = text
-        when = int(time.time())
-        return {"message_id": message_id, "date": when, "chat": chat, "from": self.bot_user}
+            message["message_id"] = message_id = next(self._message_ids)
+            self._bot_messages[(chat["id"], message_id)] = message
+            self._contents[(chat["id"], message_id)] = (content_key(text, parse_mode), markup)
+            return copy.deepcopy(message)
 
     def _file(self, prefix: str) -> dict[str, Any]:
         """Return fresh file_id/file_unique_id fields."""
@@ -427,6 +519,35 @@ class FakeBotAPI(BackgroundAiohttpServer):
             message["entities"] = entities
         return self.push_update({"edited_message": message})
 
+    def push_callback(
+        self, user_id: int, chat_id: int, message_id: int, data: str, **kw: Any
+    ) -> int:
+        """Queue a press of the button with callback `data` under the bot's message.
+
+        As on Telegram, only a button that is there can be pressed: the message must be the
+        bot's and not deleted, its inline keyboard must hold the button, and in a private
+        chat only its user presses. `kw` are the presser's `first_name`, `username` and
+        `language_code`. Returns the update_id; the query's id is in the update.
+        """
+        with self._lock:
+            key = (self._chat(chat_id)["id"], message_id)
+            message = copy.deepcopy(self._bot_messages.get(key))
+            if message is None:
+                raise ValueError(f"no message {message_id} of the bot in chat {chat_id}")
+            if data not in callback_data_of(message.get("reply_markup")):
+                raise ValueError(f"message {message_id} has no button with data {data!r}")
+            chat = message["chat"]
+            if chat["type"] == "private" and chat["id"] != user_id:
+                raise ValueError("in a private chat only its user presses buttons")
+            user = self._user(user_id, **kw) if kw else self._users.get(user_id)
+            self._users[user_id] = user = user or self._user(user_id)
+            query_id = str(10**18 + next(self._query_ids))
+            instance = str(zlib.crc32(f"chat:{chat['id']}".encode()) * 7 + 10**15)
+            query = {"id": query_id, "from": user, "message": message}
+            query |= {"chat_instance": instance, "data": data}
+            self._open_queries[query_id] = query
+        return self.push_update({"callback_query": query})
+
     def push_channel_post(self, chat_id: int, text: str, title: str = "Test channel") -> int:
         """Queue a channel post (no `from`, `sender_chat` set)."""
         chat = {"id": chat_id, "type": "channel", "title": title}
@@ -474,11 +595,14 @@ class FakeBotAPI(BackgroundAiohttpServer):
             self.calls.append({"method": name, "params": params, "time": time.time()})
             queue = self._faults.get(method) or self._faults.get("*")
             fault = queue.popleft() if queue else None
-            blocked = method in CHAT_METHODS and chat_id in self.blocked
+            known = method != "sendmessagedraft" or self.drafts_supported
+            blocked = known and method in CHAT_METHODS and chat_id in self.blocked
         if self.delay:
             await self._sleep(self.delay)
         if fault is not None:
             return _fail(fault["error_code"], fault["description"], fault["retry_after"])
+        if not known:
+            return _fail(404, "Not Found: method not found")
         if blocked:
             return _fail(403, ERROR_TEXT[403])
         handler = getattr(self, f"_m_{method}", None)
@@ -572,13 +696,15 @@ class FakeBotAPI(BackgroundAiohttpServer):
             self._changed.notify_all()
         return True
 
-    def _check_text(self, text: str, params: dict[str, Any]) -> web.Response | None:
+    def _check_text(
+        self, text: str, params: dict[str, Any], allow_empty: bool = False
+    ) -> web.Response | None:
         """Return a 400 answer if Telegram would reject this text, else None."""
         parse_mode = params.get("parse_mode")
         if parse_mode and self.reject_parse_mode:
             return _fail(400, "Bad Request: can't parse entities: unsupported start tag at byte 0")
-        visible = html.unescape(re.sub(r"<[^>]+>", "", text)) if parse_mode == "HTML" else text
-        if not visible.strip():
+        visible = visible_text(text, parse_mode)
+        if not visible.strip() and not allow_empty:
             return _fail(400, "Bad Request: message text is empty")
         if len(visible) > self.max_message_length:
             return _fail(400, "Bad Request: message is too long")
@@ -599,66 +725,168 @@ class FakeBotAPI(BackgroundAiohttpServer):
         entry = {"method": method, "chat_id": chat_id, "text": text, "params": params}
         with self._changed:
             self.sent.append(entry | {"time": time.time(), "message_id": mid})
-            self._bot_texts[(chat_id, mid)] = text
             self._changed.notify_all()
 
-    async def _send(self, params: dict[str, Any], method: str, field: str) -> Any:
+    async def _send(
+        self, params: dict[str, Any], method: str, field: str, media: dict[str, Any] | None = None
+    ) -> Any:
         chat_id = _as_chat_id(params.get("chat_id"))
         text = str(params.get(field) or "")
         if field == "text" and (error := self._check_text(text, params)):
             return error
-        message = self._bot_message(self._chat(chat_id), text)
-        if text:
-            message[field] = text
+        markup = params.get("reply_markup")
+        if markup is not None and (problem := markup_problem(markup, inline_only=False)):
+            return _fail(400, problem)
+        parse_mode = params.get("parse_mode")
+        chat = self._chat(chat_id)
+        message = self._bot_message(chat, text, field, inline_markup(markup), parse_mode)
         self._record(method, chat_id, text, params, message["message_id"])
-        return message
+        return message | (media or {})
 
     async def _m_sendmessage(self, params: dict[str, Any]) -> Any:
         return await self._send(params, "sendMessage", "text")
 
     async def _m_sendphoto(self, params: dict[str, Any]) -> Any:
-        message = await self._send(params, "sendPhoto", "caption")
         photo = self._file("photo") | {"width": 800, "height": 800}
-        return message | {"photo": [photo]}
+        return await self._send(params, "sendPhoto", "caption", {"photo": [photo]})
 
     async def _m_senddocument(self, params: dict[str, Any]) -> Any:
-        return await self._send(params, "sendDocument", "caption") | {
-            "document": self._file("document")
-        }
+        document = self._file("document")
+        return await self._send(params, "sendDocument", "caption", {"document": document})
 
     async def _m_sendvoice(self, params: dict[str, Any]) -> Any:
         voice = self._file("voice") | {"duration": 1}
-        return await self._send(params, "sendVoice", "caption") | {"voice": voice}
+        return await self._send(params, "sendVoice", "caption", {"voice": voice})
 
     async def _m_sendsticker(self, params: dict[str, Any]) -> Any:
         sticker = self._file("sticker") | {"type": "regular", "width": 512, "height": 512}
         sticker |= {"is_animated": False, "is_video": False}
-        return await self._send(params, "sendSticker", "caption") | {"sticker": sticker}
+        return await self._send(params, "sendSticker", "caption", {"sticker": sticker})
+
+    def _editable(self, params: dict[str, Any]) -> tuple[Any, web.Response | None]:
+        """Return the key of the bot message an edit names, or the 400 Telegram answers."""
+        message_id = _int(params.get("message_id"))
+        if not message_id:
+            return None, _fail(400, "Bad Request: message identifier is not specified")
+        key = (self._chat(_as_chat_id(params.get("chat_id")))["id"], message_id)
+        with self._lock:
+            if key not in self._bot_messages:
+                return key, _fail(400, "Bad Request: message to edit not found")
+        return key, None
+
+    def _edit(self, key: Any, text: str | None, params: dict[str, Any]) -> Any:
+        """Change a bot message's text (None: keep it) and keyboard, unless nothing changes."""
+        markup = inline_markup(params.get("reply_markup"))
+        with self._lock:
+            message = self._bot_messages[key]
+            if text is None:
+                content = self._contents[key][0]
+            else:
+                content = content_key(text, params.get("parse_mode"))
+            if (content, markup) == self._contents[key]:
+                return _fail(400, NOT_MODIFIED)
+            self._contents[key] = (content, markup)
+            if text is not None:
+                message["text"] = text
+            message.pop("reply_markup", None)
+            if markup is not None:
+                message["reply_markup"] = markup
+            message["edit_date"] = int(time.time())
+            return copy.deepcopy(message)
 
     async def _m_editmessagetext(self, params: dict[str, Any]) -> Any:
-        chat_id, text = _as_chat_id(params.get("chat_id")), str(params.get("text") or "")
+        text = str(params.get("text") or "")
         if error := self._check_text(text, params):
             return error
+        markup = params.get("reply_markup")
+        if markup is not None and (problem := markup_problem(markup, inline_only=True)):
+            return _fail(400, problem)
         if params.get("inline_message_id"):
             return True
-        message_id = int(params.get("message_id") or 0)
+        key, error = self._editable(params)
+        if error is not None:
+            return error
         with self._lock:
-            old = self._bot_texts.get((chat_id, message_id))
-        if old is None:
-            return _fail(400, "Bad Request: message to edit not found")
-        if old == text and "reply_markup" not in params:
-            return _fail(
-                400,
-                "Bad Request: message is not modified: specified new message content and reply "
-                "markup are exactly the same as a current content and reply markup of the message",
-            )
-        self._record("editMessageText", chat_id, text, params, message_id)
-        now = int(time.time())
+            if "text" not in self._bot_messages[key]:
+                return _fail(400, "Bad Request: there is no text in the message to edit")
+        edited = self._edit(key, text, params)
+        if not isinstance(edited, web.Response):
+            chat_id = _as_chat_id(params.get("chat_id"))
+            self._record("editMessageText", chat_id, text, params, key[1])
+        return edited
+
+    async def _m_editmessagereplymarkup(self, params: dict[str, Any]) -> Any:
+        markup = params.get("reply_markup")
+        if markup is not None and (problem := markup_problem(markup, inline_only=True)):
+            return _fail(400, problem)
+        if params.get("inline_message_id"):
+            return True
+        key, error = self._editable(params)
+        if error is not None:
+            return error
+        edited = self._edit(key, None, params)
+        if not isinstance(edited, web.Response):
+            entry = {"chat_id": _as_chat_id(params.get("chat_id")), "message_id": key[1]}
+            entry |= {"reply_markup": edited.get("reply_markup"), "params": params}
+            with self._changed:
+                self.markup_edits.append(entry | {"time": time.time()})
+                self._changed.notify_all()
+        return edited
+
+    async def _m_deletemessage(self, params: dict[str, Any]) -> Any:
+        chat_id, message_id = _as_chat_id(params.get("chat_id")), _int(params.get("message_id"))
+        if not message_id:
+            return _fail(400, "Bad Request: message identifier is not specified")
         chat = self._chat(chat_id)
-        return {"message_id": message_id, "date": now, "edit_date": now, "chat": chat} | {
-            "from": self.bot_user,
-            "text": text,
-        }
+        key = (chat["id"], message_id)
+        with self._changed:
+            if key in self._user_messages and chat["type"] != "private":
+                status = self._members.get(chat["id"], {}).get(self.bot_user["id"])
+                if status not in ("administrator", "creator"):
+                    return _fail(400, "Bad Request: message can't be deleted")
+            if self._bot_messages.pop(key, None) is None and key not in self._user_messages:
+                return _fail(400, "Bad Request: message to delete not found")
+            self._user_messages.discard(key)
+            self._contents.pop(key, None)
+            self.deleted.append(
+                {"chat_id": chat_id, "message_id": message_id} | {"time": time.time()}
+            )
+            self._changed.notify_all()
+        return True
+
+    async def _m_sendmessagedraft(self, params: dict[str, Any]) -> Any:
+        chat_id = _as_chat_id(params.get("chat_id"))
+        if chat_id in (None, ""):
+            return _fail(400, "Bad Request: chat_id is empty")
+        if self._chat(chat_id)["type"] != "private":
+            return _fail(400, "Bad Request: TEXTDRAFT_PEER_INVALID")
+        draft_id = _int(params.get("draft_id"))
+        if not draft_id:
+            return _fail(400, "Bad Request: RANDOM_ID_INVALID")
+        text = str(params.get("text") or "")
+        if error := self._check_text(text, params, allow_empty=True):
+            return error
+        entry = {"chat_id": chat_id, "draft_id": draft_id, "text": text, "params": params}
+        with self._changed:
+            self.drafts.append(entry | {"time": time.time()})
+            self._changed.notify_all()
+        return True
+
+    async def _m_answercallbackquery(self, params: dict[str, Any]) -> Any:
+        query_id = str(params.get("callback_query_id") or "")
+        text = str(params.get("text") or "")
+        if len(text) > MAX_CALLBACK_ANSWER:
+            return _fail(400, "Bad Request: MESSAGE_TOO_LONG")
+        with self._changed:
+            query = self._open_queries.pop(query_id, None)
+            if query is None:
+                return _fail(400, QUERY_INVALID)
+            answer: dict[str, Any] = {"callback_query_id": query_id, "text": text or None}
+            answer |= {"show_alert": bool(params.get("show_alert")), "url": params.get("url")}
+            answer |= {"data": query["data"], "params": params, "time": time.time()}
+            self.callback_answers.append(answer)
+            self._changed.notify_all()
+        return True
 
 
 def _ok(result: Any) -> web.Response:

@@ -47,6 +47,14 @@ answered by tool messages before the next non-tool message; `tool_choice` only w
 `tools`. OpenAI does not require `tools` when the history holds tool calls, and neither does
 the fake. A request rejected here is recorded like a rejected `response_format`.
 
+Streaming: a request with `stream: true` is answered as server-sent events: a role chunk,
+the content in chunks of 16 characters (or, with `stream_words = True`, one word with the
+whitespace after it per chunk), the tool calls, the finish chunk, the usage chunk when
+`stream_options.include_usage` asks for it, and `[DONE]`. The first content chunk goes out
+right after the request's delay (`delay`/`delay_next`: the time to first token), then one
+every `stream_delay` seconds. A client that goes away before the answer is complete (it
+cancelled the call) is counted in `cancelled_streams` and leaves nothing in flight.
+
 Embeddings: `POST /v1/embeddings` (and `/embeddings`) answers like OpenAI, as
 `{"object": "list", "data": [{"object": "embedding", "index": i, "embedding": ...}],
 "model": ..., "usage": {"prompt_tokens": n, "total_tokens": n}}` with one item per input,
@@ -118,6 +126,8 @@ INVALID_INPUT = (
     "https://platform.openai.com/docs/api-reference."
 )
 _WORD = re.compile(r"\w+")
+_STREAM_WORD = re.compile(r"\s*\S+\s*|\s+")  # a word and the whitespace after it
+STREAM_CHARS = 16  # characters per streamed content chunk
 
 
 @dataclass(frozen=True)
@@ -295,6 +305,9 @@ class FakeOpenAI(BackgroundAiohttpServer):
         super().__init__(host, port)
         self.default_reply: Reply = echo_reply
         self.delay: float = 0.0
+        self.stream_delay: float = 0.0
+        self.stream_words = False
+        self.cancelled_streams = 0
         self.supports_structured_output = True
         self.honours_max_completion_tokens = True
         self.concurrency_key: Callable[[dict[str, Any]], Any] | None = None
@@ -421,12 +434,13 @@ class FakeOpenAI(BackgroundAiohttpServer):
             return [r for r in self.requests if r.get("model") == model]
 
     def clear(self) -> None:
-        """Forget recorded requests, timings, counters, scripts and pending faults."""
+        """Forget recorded requests, timings, counters (cancelled streams too), scripts and
+        pending faults."""
         with self._lock:
             self.requests.clear()
             self.timings.clear()
             self.overlap_keys.clear()
-            self.max_concurrent = self.overlaps = 0
+            self.max_concurrent = self.overlaps = self.cancelled_streams = 0
             self._queue.clear()
             self._model_queues.clear()
             self._model_defaults.clear()
@@ -437,11 +451,14 @@ class FakeOpenAI(BackgroundAiohttpServer):
             self._embedding_delays.clear()
 
     def reset(self) -> None:
-        """Clear everything and restore the defaults, flags and embedding settings."""
+        """Clear everything and restore the defaults, flags, streaming pace and embedding
+        settings."""
         with self._lock:
             self.clear()
             self.default_reply = echo_reply
             self.delay = 0.0
+            self.stream_delay = 0.0
+            self.stream_words = False
             self.concurrency_key = None
             self.supports_structured_output = True
             self.honours_max_completion_tokens = True
@@ -516,15 +533,24 @@ class FakeOpenAI(BackgroundAiohttpServer):
         try:
             if delay:
                 await self._sleep(delay)
-            if fault is not None:
-                return await self._fault(request, fault, body)
-            if callable(reply):
+            if fault is None and callable(reply):
                 reply = reply(body)
                 if inspect.isawaitable(reply):
                     reply = await reply
-            if isinstance(reply, Fault):
-                return await self._fault(request, reply.spec(), body)
+            if fault is None and isinstance(reply, Fault):
+                fault = reply.spec()
+            if fault is not None:
+                return await self._fault(request, fault, body)
             return await self._answer(request, body, _normalize(reply))
+        except (asyncio.CancelledError, ConnectionResetError) as exc:
+            # The client went away (a dropped connection we injected is not that).
+            if body.get("stream") and (fault is None or fault[0] != "close"):
+                with self._lock:
+                    self.cancelled_streams += 1
+            if isinstance(exc, ConnectionResetError):
+                # Nobody is left to answer: end quietly instead of logging a 500.
+                raise asyncio.CancelledError from exc
+            raise
         finally:
             self._release(key, started)
 
@@ -635,6 +661,12 @@ class FakeOpenAI(BackgroundAiohttpServer):
             {**head, "object": "chat.completion", "choices": choices, "usage": usage}
         )
 
+    def _pieces(self, text: str) -> list[str]:
+        """Cut streamed content into its chunks: words, or STREAM_CHARS characters."""
+        if self.stream_words:
+            return _STREAM_WORD.findall(text)
+        return [text[i : i + STREAM_CHARS] for i in range(0, len(text), STREAM_CHARS)]
+
     def _output_cap(self, body: dict[str, Any]) -> int | None:
         """Return the output cap this server honours for the request, in tokens."""
         if self.honours_max_completion_tokens and body.get("max_completion_tokens") is not None:
@@ -665,9 +697,10 @@ class FakeOpenAI(BackgroundAiohttpServer):
 
         if not no_choices:
             await send({"role": "assistant", "content": ""})
-            text = message.get("content") or ""
-            for i in range(0, len(text), 16):
-                await send({"content": text[i : i + 16]})
+            for i, piece in enumerate(self._pieces(message.get("content") or "")):
+                if i and self.stream_delay > 0:
+                    await self._sleep(self.stream_delay)
+                await send({"content": piece})
             for i, call in enumerate(message.get("tool_calls") or []):
                 fn = call["function"]
                 first = {"index": i, "id": call["id"], "type": "function"}
@@ -1066,6 +1099,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reply", default=None, help="fixed reply text (default: echo)")
     parser.add_argument("--delay", type=float, default=0.0, help="seconds before each answer")
     parser.add_argument(
+        "--stream-delay", type=float, default=0.0, help="seconds between streamed chunks"
+    )
+    parser.add_argument("--stream-words", action="store_true", help="stream one word per chunk")
+    parser.add_argument(
         "--no-structured-output",
         action="store_true",
         help="reject response_format of type json_schema like an older server",
@@ -1080,6 +1117,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.reply is not None:
         server.default_reply = args.reply
     server.delay = args.delay
+    server.stream_delay = args.stream_delay
+    server.stream_words = args.stream_words
     server.supports_structured_output = not args.no_structured_output
     server.honours_max_completion_tokens = not args.ignore_max_completion_tokens
     done = threading.Event()

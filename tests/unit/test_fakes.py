@@ -330,8 +330,9 @@ async def test_concurrency_tracking(srv: FakeOpenAI) -> None:
 
 def test_standalone_process() -> None:
     """Print READY with a working base URL when run as a module."""
+    args = ["--port", "0", "--reply", "pong pong", "--stream-words", "--stream-delay", "0.01"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.fakes.openai_server", "--port", "0", "--reply", "pong"],
+        [sys.executable, "-m", "tests.fakes.openai_server", *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
@@ -341,7 +342,8 @@ def test_standalone_process() -> None:
         line = proc.stdout.readline().split()
         assert line[0] == "READY"
         client = ChatOpenAI(base_url=line[1], api_key="test", max_retries=0)
-        assert client.invoke("ping").content == "pong"
+        assert client.invoke("ping").content == "pong pong"
+        assert [c.content for c in client.stream("ping") if c.content] == ["pong ", "pong"]
     finally:
         proc.terminate()
         proc.wait(5)
