@@ -248,3 +248,36 @@ async def test_stop_reaches_a_turn_running_in_another_process(
     finally:
         for bot in bots:
             await bot.close()
+
+
+async def test_a_long_private_answer_continues_in_a_second_draft_and_message(
+    start_bot: Any, tg: FakeBotAPI, llm: Any
+) -> None:
+    """Past 4,096 characters the draft goes on as the next part (its own draft id)."""
+    await start_bot(llm_max_output_tokens=4000)
+    long = " ".join(f"w{i:04d}" for i in range(1000))  # 5,999 characters
+    llm.stream_delay = 0.008  # 16 characters a chunk: about 3 s in all
+    llm.script_for(CHAT_MODEL, long)
+    tg.push_text(ANN, "a long one")
+    sent = await tg.await_messages(ANN, 2, timeout=20)
+    assert "".join(m["text"] for m in sent).replace(" ", "") == long.replace(" ", "")
+    drafts = tg.drafts_to(ANN)
+    assert all(len(d["text"]) <= 4096 for d in drafts)
+    ids = sorted({d["draft_id"] for d in drafts})
+    assert len(ids) == 2 and ids[1] == ids[0] + 1
+    assert all(long.startswith(d["text"]) for d in drafts if d["draft_id"] == ids[0])
+
+
+async def test_a_running_tool_shows_one_status_line_never_its_output(
+    start_bot: Any, tg: FakeBotAPI, slow_llm: Any
+) -> None:
+    await start_bot()
+    search = {"name": "search_history", "args": {"query": "secret-output-marker"}}
+    slow_llm.script_for(CHAT_MODEL, {"tool_calls": [search]}, WORDS)
+    tg.push_text(ANN, "what did I say about cats?")
+    [final] = await tg.await_messages(ANN, 1, timeout=20)
+    assert final["text"] == WORDS
+    drafts = [d["text"] for d in tg.drafts_to(ANN)]
+    assert drafts[0] == t("status_search", "ru")
+    assert not any("secret-output-marker" in d or "Found" in d for d in drafts)
+    assert WORDS.startswith(drafts[-1])
