@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -31,3 +31,17 @@ async def bot(request: pytest.FixtureRequest, factory: FakeBotAPI) -> AsyncItera
         yield app, offline
     finally:
         await app.shutdown()
+
+
+@pytest.fixture(scope="session")
+def tg_server() -> Iterator[FakeBotAPI]:
+    """Run one fake Bot API server for the unit tests that talk HTTP to it."""
+    with FakeBotAPI(TOKEN) as server:
+        yield server
+
+
+@pytest.fixture
+def tg(tg_server: FakeBotAPI) -> FakeBotAPI:
+    """Hand out the shared fake Bot API server in a clean state."""
+    tg_server.reset()
+    return tg_server

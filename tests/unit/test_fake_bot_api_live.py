@@ -7,7 +7,6 @@ import json
 import urllib.error
 import urllib.request
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,18 +21,6 @@ USER = 7
 GROUP = -100_700
 STOP = InlineKeyboardMarkup([[InlineKeyboardButton("Stop", callback_data="stop")]])
 MORE = InlineKeyboardMarkup([[InlineKeyboardButton("More", callback_data="more")]])
-
-
-@pytest.fixture(scope="module")
-def tg_server() -> Iterator[FakeBotAPI]:
-    with FakeBotAPI(TOKEN) as server:
-        yield server
-
-
-@pytest.fixture()
-def tg(tg_server: FakeBotAPI) -> FakeBotAPI:
-    tg_server.reset()
-    return tg_server
 
 
 def make_bot(tg: FakeBotAPI) -> telegram.Bot:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,18 +16,6 @@ from tests.fakes.bot_api_server import FakeBotAPI
 
 TOKEN = "123456:TEST-TOKEN"
 GROUP = -100_500
-
-
-@pytest.fixture(scope="module")
-def tg_server() -> Iterator[FakeBotAPI]:
-    with FakeBotAPI(TOKEN) as server:
-        yield server
-
-
-@pytest.fixture()
-def tg(tg_server: FakeBotAPI) -> FakeBotAPI:
-    tg_server.reset()
-    return tg_server
 
 
 def make_bot(tg: FakeBotAPI) -> telegram.Bot:

@@ -47,20 +47,6 @@ def srv(oai: FakeOpenAI) -> Iterator[FakeOpenAI]:
     yield oai
 
 
-@pytest.fixture(scope="module")
-def tg_server() -> Iterator[FakeBotAPI]:
-    """Run one fake Bot API server for the module."""
-    with FakeBotAPI(TOKEN) as server:
-        yield server
-
-
-@pytest.fixture()
-def tg(tg_server: FakeBotAPI) -> Iterator[FakeBotAPI]:
-    """Hand out the shared fake Bot API server in a clean state."""
-    tg_server.reset()
-    yield tg_server
-
-
 def llm(srv: FakeOpenAI, **kw: object) -> ChatOpenAI:
     """Build a real ChatOpenAI client pointed at the fake server."""
     return ChatOpenAI(base_url=srv.base_url, api_key="test", max_retries=0, **kw)  # type: ignore[arg-type]
