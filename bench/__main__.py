@@ -1,4 +1,4 @@
-"""Run a benchmark: `python -m bench {storage,turns,recall,delivery} [options]`."""
+"""Run a benchmark: `python -m bench {storage,turns,recall,delivery,live} [options]`."""
 
 from __future__ import annotations
 
@@ -30,11 +30,18 @@ def _delivery(argv: Sequence[str]) -> int:
     return main(argv)
 
 
+def _live(argv: Sequence[str]) -> int:
+    from bench.live import main
+
+    return main(argv)
+
+
 BENCHMARKS: dict[str, Callable[[Sequence[str]], int]] = {
     "storage": _storage,
     "turns": _turns,
     "recall": _recall,
     "delivery": _delivery,
+    "live": _live,
 }
 
 

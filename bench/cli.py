@@ -45,6 +45,8 @@ def register(sub: Any, db_sub: Any) -> None:
     )
     add_arguments(parser)
     parser.set_defaults(handler=_bench)
-    from bench import delivery, recall
+    from bench import delivery, live, recall
 
-    delivery.register(recall.register(parser))
+    sub = recall.register(parser)
+    delivery.register(sub)
+    live.register(sub)

@@ -1,16 +1,19 @@
 """The model server the turn bench talks to: tests' FakeOpenAI in its own process.
 
 It answers instantly with a fixed, realistic-length reply and records, per request, the
-model name, the server's own handling time and the messages it was sent; the bench
-collects and clears that record with `GET /bench/take`. A separate process keeps the
-server off the bench's event loop and GIL, as a real remote model would be.
+model name, the server's own handling time, when the request came and its first content
+went out (`time.time()`), and the messages it was sent; the bench collects and clears that
+record with `GET /bench/take`. A separate process keeps the server off the bench's event
+loop and GIL, as a real remote model would be.
 
     python -m bench.model_server [--port 0] [--delay 0]    # prints `READY <base_url>`
+        [--stream-delay 0] [--stream-words] [--words 0]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -49,10 +52,16 @@ FACTS = json.dumps(
 )
 
 
-def bench_reply(body: dict[str, Any]) -> str:
-    """Answer the chat model with REPLY; the summary model with a summary or facts."""
+def words_reply(words: int) -> str:
+    """Return a reply of `words` words: REPLY's, over again as often as needed."""
+    pool = REPLY.split()
+    return " ".join(pool[i % len(pool)] for i in range(words))
+
+
+def bench_reply(body: dict[str, Any], reply: str = REPLY) -> str:
+    """Answer the chat model with `reply`; the summary model with a summary or facts."""
     if body.get("model") != SUMMARY_MODEL:
-        return REPLY
+        return reply
     system = " ".join(
         str(m.get("content")) for m in body.get("messages", []) if m.get("role") == "system"
     )
@@ -69,15 +78,15 @@ def _import_fake() -> Any:
     return openai_server
 
 
-def make_server(host: str = "127.0.0.1", port: int = 0) -> Any:
-    """Return a FakeOpenAI that also serves `GET /bench/take`."""
+def make_server(host: str = "127.0.0.1", port: int = 0, reply: str = REPLY) -> Any:
+    """Return a FakeOpenAI that also serves `GET /bench/take`; the chat model says `reply`."""
     fake = _import_fake()
     from aiohttp import web
 
     class BenchModelServer(fake.FakeOpenAI):  # type: ignore[misc, name-defined]
         def __init__(self, *args: Any) -> None:
             super().__init__(*args)
-            self.default_reply = bench_reply
+            self.default_reply = functools.partial(bench_reply, reply=reply)
             self.log: list[dict[str, Any]] = []
 
         def _build_app(self) -> web.Application:
@@ -99,11 +108,13 @@ def make_server(host: str = "127.0.0.1", port: int = 0) -> Any:
                     "model": body.get("model"),
                     "seconds": seconds,
                     "messages": [fake.message_text(m) for m in body.get("messages", [])],
+                    **request.get("timing", {}),
                 }
                 with self._lock:
                     self.log.append(entry)
                     # Nothing else reads them: keep the process's memory flat.
                     self.requests.clear()
+                    self.request_times.clear()
                     self.timings.clear()
 
         async def _take(self, request: web.Request) -> web.Response:
@@ -117,8 +128,17 @@ def make_server(host: str = "127.0.0.1", port: int = 0) -> Any:
 class ModelServerProcess:
     """Run the bench model server in a child process; `take()` its request log."""
 
-    def __init__(self, delay: float = 0.0) -> None:
+    def __init__(
+        self,
+        delay: float = 0.0,
+        stream_delay: float = 0.0,
+        stream_words: bool = False,
+        words: int = 0,
+    ) -> None:
         self.delay = delay  # seconds every answer waits, as a remote model's latency
+        self.stream_delay = stream_delay  # seconds between a stream's chunks
+        self.stream_words = stream_words  # a chunk per word (else 16 characters)
+        self.words = words  # the chat model's reply in words (0: REPLY)
         self.base_url = ""
         self._proc: subprocess.Popen[str] | None = None
         self._client: httpx.AsyncClient | None = None
@@ -128,8 +148,15 @@ class ModelServerProcess:
             **os.environ,
             "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
         }
+        command = [sys.executable, "-m", "bench.model_server", "--delay", str(self.delay)]
+        if self.stream_delay:
+            command += ["--stream-delay", str(self.stream_delay)]
+        if self.stream_words:
+            command.append("--stream-words")
+        if self.words:
+            command += ["--words", str(self.words)]
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.model_server", "--delay", str(self.delay)],
+            command,
             cwd=ROOT,
             env=env,
             stdout=subprocess.PIPE,
@@ -179,9 +206,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--delay", type=float, default=0.0, help="seconds before each answer")
+    parser.add_argument(
+        "--stream-delay", type=float, default=0.0, help="seconds between streamed chunks"
+    )
+    parser.add_argument("--stream-words", action="store_true", help="stream one word per chunk")
+    parser.add_argument("--words", type=int, default=0, help="chat reply in words (0: REPLY)")
     args = parser.parse_args(argv)
-    server = make_server(args.host, args.port)
+    server = make_server(args.host, args.port, words_reply(args.words) if args.words else REPLY)
     server.delay = args.delay
+    server.stream_delay = args.stream_delay
+    server.stream_words = args.stream_words
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())

@@ -55,6 +55,12 @@ right after the request's delay (`delay`/`delay_next`: the time to first token),
 every `stream_delay` seconds. A client that goes away before the answer is complete (it
 cancelled the call) is counted in `cancelled_streams` and leaves nothing in flight.
 
+Timing: every recorded chat request also gets a record in `request_times` (at the same index
+as its body in `requests`): `arrived`, the `time.time()` at which the request came, and
+`first_content`, when its first non-empty content went out (a stream's first content chunk,
+else the whole answer), or None when none did (a fault, a rejection, tool calls only, a client
+gone first). The handler also keeps the record as `request["timing"]`, for subclasses.
+
 Embeddings: `POST /v1/embeddings` (and `/embeddings`) answers like OpenAI, as
 `{"object": "list", "data": [{"object": "embedding", "index": i, "embedding": ...}],
 "model": ..., "usage": {"prompt_tokens": n, "total_tokens": n}}` with one item per input,
@@ -313,6 +319,7 @@ class FakeOpenAI(BackgroundAiohttpServer):
         self.concurrency_key: Callable[[dict[str, Any]], Any] | None = None
         self.models: list[str] = ["gpt-4o-mini", "gpt-4.1-mini", "fake-model"]
         self.requests: list[dict[str, Any]] = []
+        self.request_times: list[dict[str, float | None]] = []
         self.timings: list[float] = []
         self.max_concurrent = 0
         self.overlaps = 0
@@ -438,6 +445,7 @@ class FakeOpenAI(BackgroundAiohttpServer):
         pending faults."""
         with self._lock:
             self.requests.clear()
+            self.request_times.clear()
             self.timings.clear()
             self.overlap_keys.clear()
             self.max_concurrent = self.overlaps = self.cancelled_streams = 0
@@ -479,8 +487,11 @@ class FakeOpenAI(BackgroundAiohttpServer):
         data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in self.models]
         return web.json_response({"object": "list", "data": data})
 
-    def _admit(self, body: dict[str, Any]) -> tuple[Any, tuple[Any, ...] | None, float, Reply]:
-        """Record a request, track concurrency and pick its fault, delay and reply.
+    def _admit(
+        self, body: dict[str, Any], timing: dict[str, float | None]
+    ) -> tuple[Any, tuple[Any, ...] | None, float, Reply]:
+        """Record a request (and its `timing`), track concurrency and pick its fault, delay
+        and reply.
 
         An invalid request gets an ("invalid", message, param) fault and consumes nothing else.
         """
@@ -492,6 +503,7 @@ class FakeOpenAI(BackgroundAiohttpServer):
                 key = None
         with self._lock:
             self.requests.append(body)
+            self.request_times.append(timing)
             self._in_flight += 1
             self.max_concurrent = max(self.max_concurrent, self._in_flight)
             if key is not None:
@@ -525,11 +537,13 @@ class FakeOpenAI(BackgroundAiohttpServer):
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
+        timing: dict[str, float | None] = {"arrived": time.time(), "first_content": None}
         try:
             body = json.loads(await request.read())
         except ValueError:
             return _error(400, "invalid JSON body", "invalid_request_error")
-        key, fault, delay, reply = self._admit(body)
+        request["timing"] = timing
+        key, fault, delay, reply = self._admit(body, timing)
         try:
             if delay:
                 await self._sleep(delay)
@@ -657,6 +671,8 @@ class FakeOpenAI(BackgroundAiohttpServer):
             return await self._stream(request, head, message, finish, usage, body, no_choices)
         choice = {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
         choices = [] if no_choices else [choice]
+        if content and not no_choices:
+            _first_content(request)
         return web.json_response(
             {**head, "object": "chat.completion", "choices": choices, "usage": usage}
         )
@@ -701,6 +717,8 @@ class FakeOpenAI(BackgroundAiohttpServer):
                 if i and self.stream_delay > 0:
                     await self._sleep(self.stream_delay)
                 await send({"content": piece})
+                if i == 0:
+                    _first_content(request)
             for i, call in enumerate(message.get("tool_calls") or []):
                 fn = call["function"]
                 first = {"index": i, "id": call["id"], "type": "function"}
@@ -715,6 +733,13 @@ class FakeOpenAI(BackgroundAiohttpServer):
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
+
+
+def _first_content(request: web.Request) -> None:
+    """Note in the request's timing record that its first content goes out now."""
+    timing = request.get("timing")
+    if timing is not None and timing["first_content"] is None:
+        timing["first_content"] = time.time()
 
 
 def _fit(

@@ -76,6 +76,36 @@ async def test_first_token_after_the_delay_then_paced(srv: FakeOpenAI) -> None:
     assert [p for _, p in pieces] == ["one ", "two  ", "three\n", "four ", "five"]
 
 
+async def test_each_request_records_when_it_came_and_its_first_content_went_out(
+    srv: FakeOpenAI,
+) -> None:
+    srv.delay_next(1, 0.3)
+    srv.stream_delay = 0.1
+    srv.stream_words = True
+    srv.script(REPLY, "whole", {"tool_calls": [{"name": "f", "args": {}}]})
+    before = time.time()
+    _, pieces = await stream_pieces(srv)
+    [streamed] = srv.request_times
+    arrived, first = streamed["arrived"], streamed["first_content"]
+    assert arrived is not None and first is not None and before <= arrived
+    assert first - arrived >= 0.8 * 0.3  # the time to first token
+    # Noted as the first chunk went out, not as the last one did.
+    assert time.time() - first >= 0.8 * 4 * 0.1
+    async with client(srv) as sdk:
+        for _ in range(2):  # a whole answer, then tool calls with no content
+            await sdk.chat.completions.create(
+                model="fake-model", messages=[{"role": "user", "content": "hi"}]
+            )
+        with pytest.raises(openai.BadRequestError):
+            await sdk.chat.completions.create(model="fake-model", messages=[])
+    assert len(srv.request_times) == len(srv.requests) == 4
+    whole, tools, rejected = srv.request_times[1:]
+    assert whole["first_content"] is not None and whole["first_content"] >= whole["arrived"]
+    assert tools["first_content"] is None and rejected["first_content"] is None
+    srv.clear()
+    assert srv.request_times == []
+
+
 def test_words_through_langchain(srv: FakeOpenAI) -> None:
     srv.stream_words = True
     srv.script(" leading space\tand tabs ", "   ")
