@@ -91,6 +91,7 @@ class LiveReply:
         self._closed = asyncio.Event()
         self._busy = False
         self._task: asyncio.Task[None] | None = None
+        self._started: float | None = None
 
     # --- what the turn reports ------------------------------------------------------------
 
@@ -120,6 +121,7 @@ class LiveReply:
 
     def start(self) -> None:
         """Begin showing what the turn writes."""
+        self._started = asyncio.get_running_loop().time()
         if self.mode != "off":
             self._task = asyncio.create_task(self._run(), name=f"live-{self.chat_id}")
 
@@ -234,6 +236,15 @@ class LiveReply:
                     await task
             except Exception:
                 logger.warning("live reply in %s failed", self.chat_id, exc_info=True)
+        if self._started is not None and self.calls:
+            first = (self.first_shown or self._started) - self._started
+            logger.info(
+                "live reply in %s: %s, first text after %.0f ms, %d call(s)",
+                self.chat_id,
+                self.mode,
+                first * 1000,
+                self.calls,
+            )
         return self.message_id
 
 
