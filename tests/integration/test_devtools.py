@@ -335,6 +335,8 @@ async def test_prune_keeps_exactly_the_last_turns_and_drops_orphans(
     for text in ("four", "five"):
         llm.script(f"re: {text}")
         await seeded.runtime.service.handle_message(ALICE, text)
+    # The reply comes before the turn's memory steps end: their checkpoints come later.
+    await seeded.runtime.service.drain()
     before = await _alice_turns(pool, seeded.thread)
     assert len(before) == 5
     kept_before = {s.checkpoint_id: s for t in before[-2:] for s in t.steps}
