@@ -1,4 +1,4 @@
-"""Run a benchmark: `python -m bench {storage,turns,recall,delivery,live} [options]`."""
+"""Run a benchmark: `python -m bench {storage,turns,recall,delivery,live,media} [options]`."""
 
 from __future__ import annotations
 
@@ -36,12 +36,19 @@ def _live(argv: Sequence[str]) -> int:
     return main(argv)
 
 
+def _media(argv: Sequence[str]) -> int:
+    from bench.media import main
+
+    return main(argv)
+
+
 BENCHMARKS: dict[str, Callable[[Sequence[str]], int]] = {
     "storage": _storage,
     "turns": _turns,
     "recall": _recall,
     "delivery": _delivery,
     "live": _live,
+    "media": _media,
 }
 
 

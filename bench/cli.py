@@ -45,8 +45,9 @@ def register(sub: Any, db_sub: Any) -> None:
     )
     add_arguments(parser)
     parser.set_defaults(handler=_bench)
-    from bench import delivery, live, recall
+    from bench import delivery, live, media, recall
 
     sub = recall.register(parser)
     delivery.register(sub)
     live.register(sub)
+    media.register(sub)

@@ -23,6 +23,7 @@ from psycopg.waiting import WAIT_R
 from psycopg_pool import AsyncConnectionPool
 
 from src.config import load_settings
+from src.storage.checkpointer import PooledPostgresSaver
 from src.storage.pg_client import describe_dsn, make_pool
 
 CHECKPOINT_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
@@ -78,7 +79,12 @@ _IN_SAVER: contextvars.ContextVar[bool] = contextvars.ContextVar("in_saver", def
 
 
 _WRITE = re.compile(r"\b(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
-_ASYNC_COMMIT = re.compile(r"'synchronous_commit',\s*'off'", re.IGNORECASE)
+# A statement that turns synchronous_commit off for the rest of its transaction:
+# set_config('synchronous_commit', 'off', true) inside a write, or SET LOCAL.
+_ASYNC_COMMIT = re.compile(
+    r"'synchronous_commit',\s*'off'|SET\s+LOCAL\s+synchronous_commit\s*(=|TO)\s*'?off",
+    re.IGNORECASE,
+)
 
 
 def _sql_text(query: Any) -> str:
@@ -90,14 +96,20 @@ def _sql_text(query: Any) -> str:
 
 
 def _reads(gen: Any, on_read: Any) -> Any:
-    """Pass a psycopg generator through, calling `on_read` each time it waits for the server."""
+    """Pass a psycopg generator through, calling `on_read` once if it waits for the server.
+
+    One generator is one exchange (a query and its results, a pipeline's sync): however
+    many reads its answer takes (a large result comes in several), it is one round trip.
+    """
     try:
         state = next(gen)
     except StopIteration as stop:
         return stop.value
+    waited = False
     while True:
         # Only a read-only wait blocks on the server; RW polls and goes on (pipeline flushes).
-        if state == WAIT_R:
+        if state == WAIT_R and not waited:
+            waited = True
             on_read()
         ready = yield state
         try:
@@ -109,10 +121,11 @@ def _reads(gen: Any, on_read: Any) -> Any:
 class DbCounter:
     """Count round trips, statements and pool checkouts while installed.
 
-    A round trip is a wait for the server's answer (a query, BEGIN/COMMIT, a pipeline
-    sync, the pool's connection check), plus the extra exchange psycopg makes to prepare
-    a statement outside pipeline mode; statements are `execute`/`executemany` calls; a
-    commit is a connection going back to idle after a write, and waits for its WAL flush
+    A round trip is an exchange that waits for the server's answer (a query, BEGIN/COMMIT,
+    a pipeline's sync; one however many reads the answer takes), plus the extra exchange
+    psycopg makes to prepare a statement outside pipeline mode; statements are
+    `execute`/`executemany` calls; a commit is a connection going back to idle after a
+    write, and waits for its WAL flush
     unless the transaction's writes all set synchronous_commit off (`async_commits`).
     Work inside the LangGraph saver is also counted apart (`saver_*`), so our own
     queries and the checkpointer's can be told apart.
@@ -148,6 +161,8 @@ class DbCounter:
             return make
 
         dirty = self._dirty
+        # Connections whose open transaction turned synchronous_commit off.
+        relaxed: set[int] = set()
 
         def waiting(original: Any) -> Any:
             @functools.wraps(original)
@@ -160,8 +175,11 @@ class DbCounter:
                     # Back to idle after writes: a transaction committed (and waited for
                     # its WAL flush, with synchronous_commit on).
                     key = id(conn)
-                    if key in dirty and conn.pgconn.transaction_status == IDLE:
-                        count("commits" if dirty.pop(key) else "async_commits")
+                    if conn.pgconn.transaction_status == IDLE:
+                        if key in dirty:
+                            flushed = dirty.pop(key) and key not in relaxed
+                            count("commits" if flushed else "async_commits")
+                        relaxed.discard(key)
 
             return wait
 
@@ -170,10 +188,12 @@ class DbCounter:
             async def execute(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
                 count("statements")
                 text = _sql_text(query)
-                if _WRITE.search(text):
+                key = id(cursor.connection)
+                if text.lstrip().upper().startswith("SET LOCAL") and _ASYNC_COMMIT.search(text):
+                    relaxed.add(key)  # the whole transaction commits without the flush
+                elif _WRITE.search(text):
                     # A write asking for synchronous_commit off does not wait for the flush,
                     # unless an earlier write of the same transaction does.
-                    key = id(cursor.connection)
                     dirty[key] = dirty.get(key, False) or not _ASYNC_COMMIT.search(text)
                 return await original(cursor, query, *args, **kwargs)
 
@@ -207,6 +227,8 @@ class DbCounter:
         self._patch(AsyncConnectionPool, "getconn", counting("checkouts"))
         for name in ("aget_tuple", "aput", "aput_writes"):
             self._patch(AsyncPostgresSaver, name, saver_call)
+        # Our saver writes a turn's deferred checkpoints here.
+        self._patch(PooledPostgresSaver, "_write", saver_call)
 
     def uninstall(self) -> None:
         for owner, name, original in reversed(self._saved):

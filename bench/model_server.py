@@ -108,7 +108,7 @@ def make_server(host: str = "127.0.0.1", port: int = 0, reply: str = REPLY) -> A
                     "model": body.get("model"),
                     "seconds": seconds,
                     "messages": [fake.message_text(m) for m in body.get("messages", [])],
-                    **request.get("timing", {}),
+                    **request.get(fake.TIMING, {}),
                 }
                 with self._lock:
                     self.log.append(entry)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -66,6 +67,8 @@ class Sample:
     background_ms: float
     tokens_sent: int
     requests: int
+    prompts: list[list[str]] = field(default_factory=list)
+    """The messages of each of the turn's chat requests, in order."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -118,7 +121,44 @@ async def measured_turn(env: Env, subject: Subject, conv: int, text: str) -> Sam
         background_ms=((settled - replied) - sum(e["seconds"] for e in other)) * 1000,
         tokens_sent=tokens_of(chat[0]["messages"], env.counter) if chat else 0,
         requests=len(chat),
+        prompts=[list(e["messages"]) for e in chat],
     )
+
+
+def repeated_prefix(previous: list[str], request: list[str], counter: TokenCounter) -> float:
+    """Return the share of `request`'s tokens that repeat `previous` from the start, byte
+    for byte: what an endpoint's prompt cache can reuse (the same tools, on both sides,
+    are left out of both)."""
+    total = tokens_of(request, counter)
+    if not total:
+        return 0.0
+    shared = 0
+    for old, new in zip(previous, request, strict=False):
+        if old == new:
+            shared += counter.count(new) + PER_MESSAGE_OVERHEAD
+            continue
+        common = 0
+        for a, b in zip(old, new, strict=False):
+            if a != b:
+                break
+            common += 1
+        shared += counter.count(new[:common])
+        break
+    return shared / total
+
+
+def prefix_shares(samples: list[Sample], counter: TokenCounter) -> list[float]:
+    """Return, per turn, the mean share of its chat requests' tokens that repeat the
+    previous chat request's prefix (the first turn has no previous request: 0)."""
+    shares: list[float] = []
+    previous: list[str] = []
+    for sample in samples:
+        turn: list[float] = []
+        for request in sample.prompts:
+            turn.append(repeated_prefix(previous, request, counter))
+            previous = request
+        shares.append(sum(turn) / len(turn) if turn else 0.0)
+    return shares
 
 
 def _ms(samples: list[Sample]) -> dict[str, float]:
@@ -148,8 +188,12 @@ async def long_conversation(
                 first = max(1, k - window + 1)
                 n = k - first + 1
                 before = bytes_before[k]
+                shares = prefix_shares(samples[first - 1 : k], env.counter)
+                if first == 1:
+                    shares = shares[1:]  # the first request has nothing to repeat
                 at[str(k)] = {
                     "tokens_sent": sample.tokens_sent,
+                    "prefix_repeated": round(sum(shares) / len(shares), 3) if shares else None,
                     "history_tokens": history_tokens,
                     "overhead_ms": summary([s.overhead_ms for s in samples[first - 1 : k]]),
                     "checkpoint_bytes_per_turn": round((after["rows"] - before["rows"]) / n),
@@ -168,6 +212,7 @@ async def long_conversation(
             "series": {
                 "overhead_ms": [round(s.overhead_ms, 3) for s in samples],
                 "tokens_sent": [s.tokens_sent for s in samples],
+                "prefix_repeated": [round(x, 3) for x in prefix_shares(samples, env.counter)],
             },
         }
 
@@ -185,9 +230,15 @@ async def db_accounting(env: Env, opener: Opener, warm: int, turns: int) -> dict
         pool = await open_bench_pool(dsn, env.pool_min, env.pool_max)
         subject = await opener(env.settings, pool)
         counter = DbCounter()
+        # What the turns did before their replies were ready (the hot path).
+        hot: Counter[str] = Counter()
         with counter.installed():
             for k in range(warm + 1, warm + turns + 1):
-                await measured_turn(env, subject, 1, user_text(k))
+                before_turn = counter.counts.copy()
+                await subject.turn(1, user_text(k))
+                hot.update(counter.counts - before_turn)
+                await subject.settle()
+                await env.server.take()
         await subject.close()
         stored = await subject.stored(1)
         await pool.close()
@@ -202,6 +253,7 @@ async def db_accounting(env: Env, opener: Opener, warm: int, turns: int) -> dict
             "after_warm_up_turns": warm,
             "stored_messages": stored,
             "per_turn": {k: round(v / turns, 2) for k, v in sorted(counter.counts.items())},
+            "before_reply_per_turn": {k: round(v / turns, 2) for k, v in sorted(hot.items())},
             "rows_written_per_turn": round(total / turns, 2),
             "rows_by_table_per_turn": rows,
         }

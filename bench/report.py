@@ -121,6 +121,14 @@ DB_ROWS = (
 )
 
 
+# Before the reply is ready (the hot path); the rest is the work after it (summary, facts).
+HOT_ROWS = (
+    ("round_trips", "before the reply: round trips", "<= 15"),
+    ("commits", "before the reply: commits waiting for a WAL flush", "<= 4"),
+    ("statements", "before the reply: statements", ""),
+)
+
+
 def db_table(ours: dict[str, Any], base: dict[str, Any]) -> Table:
     """Figure 2: database work per turn."""
     do, db = ours.get("db", {}), base.get("db", {})
@@ -130,6 +138,10 @@ def db_table(ours: dict[str, Any], base: dict[str, Any]) -> Table:
     )
     for key, label in DB_ROWS:
         t.add(label, get(do, "per_turn", key), get(db, "per_turn", key))
+    for key, label, target in HOT_ROWS:
+        ours_hot = get(do, "before_reply_per_turn", key)
+        base_hot = get(db, "before_reply_per_turn", key)
+        t.add(label, ours_hot or 0.0, base_hot or 0.0, target=target)
     t.add("rows written", do.get("rows_written_per_turn"), db.get("rows_written_per_turn"))
     names = set(do.get("rows_by_table_per_turn", {})) | set(db.get("rows_by_table_per_turn", {}))
 
@@ -211,16 +223,31 @@ def growth_table(ours: dict[str, Any], base: dict[str, Any]) -> Table:
     return t
 
 
+def _percent(share: Any) -> float | None:
+    return None if share is None else round(100 * share, 1)
+
+
 def tokens_table(result: dict[str, Any]) -> Table:
     """Figure 5: tokens sent per turn against the full history."""
     lo = get(result, "figures", "ours", "long") or {}
     lb = get(result, "figures", "baseline", "long") or {}
-    t = Table("5) Tokens sent to the model per turn, against the size of the full history")
+    t = Table(
+        "5) Tokens sent to the model per turn, against the size of the full history; the "
+        "share of a request's tokens repeating the previous request's from the start (what a "
+        "prompt cache reuses; mean of the last 10 turns)"
+    )
     for mark in _marks(result):
         t.add(
             f"turn {mark}: sent",
             get(lo, "at_turn", mark, "tokens_sent"),
             get(lb, "at_turn", mark, "tokens_sent"),
+        )
+        t.add(
+            f"turn {mark}: repeating the previous request's prefix, %",
+            _percent(get(lo, "at_turn", mark, "prefix_repeated")),
+            _percent(get(lb, "at_turn", mark, "prefix_repeated")),
+            higher_is_better=True,
+            target=">= 50%" if int(mark) >= 50 else "",
         )
         t.add(
             f"turn {mark}: full history",
@@ -299,6 +326,38 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         lambda v: v >= 200,
     )
     judge("no lost message under load", load.get("lost_messages"), lambda v: v == 0)
+    first = min((int(m) for m in get(ours, "long", "at_turn") or {}), default=None)
+    if first is not None:
+        o = get(ours, "long", "at_turn", str(first), "overhead_ms", "median")
+        b = get(base, "long", "at_turn", str(first), "overhead_ms", "median")
+        judge(
+            f">= 1.0x the baseline's overhead at turn {first}",
+            round(b / o, 2) if o and b else None,
+            lambda v: v >= 1.0,
+        )
+    hot = get(ours, "db", "before_reply_per_turn") or {}
+    judge("<= 15 round trips before the reply", hot.get("round_trips"), lambda v: v <= 15)
+    judge(
+        "<= 4 commits waiting for a WAL flush before the reply",
+        hot.get("commits", 0.0) if hot else None,
+        lambda v: v <= 4,
+    )
+    judge("CPU per turn <= 15 ms, median", get(ours, "long", "cpu_ms", "median"), lambda v: v <= 15)
+    judge(
+        f"checkpoint bytes per turn <= 15 KB at turn {turns}",
+        get(ours, "long", "at_turn", turns, "checkpoint_bytes_per_turn"),
+        lambda v: v <= 15_000,
+    )
+    repeated = [
+        v["prefix_repeated"]
+        for k, v in (get(ours, "long", "at_turn") or {}).items()
+        if int(k) >= 50 and v.get("prefix_repeated") is not None
+    ]
+    judge(
+        "prompt prefix repeated >= 50% at turns 50+ (the lowest mark)",
+        round(100 * min(repeated), 1) if repeated else None,
+        lambda v: v >= 50,
+    )
     at = get(ours, "long", "at_turn") or {}
     sent = [v["tokens_sent"] for k, v in at.items() if int(k) >= 50]
     judge(

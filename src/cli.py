@@ -1,4 +1,4 @@
-"""The `tgagent` command: bot, chat, db, graph, runs, replay, bench."""
+"""The `tgagent` command: bot, chat, db, graph, runs, replay, web, usage, bench."""
 
 from __future__ import annotations
 

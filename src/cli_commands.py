@@ -18,6 +18,8 @@ FEATURE_MODULES = (
     "src.terminal_chat",
     "src.bot.cli",
     "src.devtools.cli",
+    "src.devtools.web.cli",
+    "src.usage_cli",
     "bench.cli",
 )
 # `bench` is not installed with the package: it runs from the source checkout, which is

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Literal
@@ -10,8 +12,23 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import platformdirs
 import psycopg
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
+from dotenv import dotenv_values
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 
 def _default_data_dir() -> Path:
@@ -19,6 +36,54 @@ def _default_data_dir() -> Path:
 
 
 IntList = Annotated[list[int], NoDecode]
+# Model name -> its context limit (None: MODEL_CONTEXT_LIMITS or the default).
+ModelChoices = Annotated[dict[str, int | None], NoDecode]
+
+
+class ModelPrice(BaseModel):
+    """What one model costs, in US dollars per million tokens (MODEL_PRICES)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: float = Field(0.0, ge=0)
+    cached_input: float | None = Field(None, ge=0)
+    """Prompt tokens the endpoint read from its cache; None: the `input` price."""
+    output: float = Field(0.0, ge=0)
+    audio_minute: float = Field(0.0, ge=0)
+    """Per minute of transcribed audio (speech-to-text models)."""
+
+
+# Settings whose variable set but left empty means "off", not "the default" (every other
+# empty variable counts as unset).
+EMPTY_MEANS_OFF = ("transcribe_model",)
+
+
+class _EmptyMeansOff(PydanticBaseSettingsSource):
+    """Give EMPTY_MEANS_OFF's settings "" where the environment (or else `.env`) sets them
+    empty: the other sources skip empty variables."""
+
+    def __init__(self, settings_cls: type[BaseSettings], env_file: object) -> None:
+        super().__init__(settings_cls)
+        self.env_file = env_file
+        """The `.env` file the dotenv source reads (None: none)."""
+
+    def get_field_value(self, field: object, field_name: str) -> tuple[object, str, bool]:
+        return None, field_name, False  # unused: __call__ answers for all fields at once
+
+    def __call__(self) -> dict[str, object]:
+        env_file = self.env_file
+        path = Path(str(env_file)) if isinstance(env_file, str | Path) else None
+        dotenv = dotenv_values(path, encoding="utf-8") if path and path.is_file() else {}
+        layers: list[dict[str, str | None]] = [
+            {k.lower(): v for k, v in os.environ.items()},
+            {k.lower(): v for k, v in dotenv.items()},
+        ]
+        found: dict[str, object] = {}
+        for name in EMPTY_MEANS_OFF:
+            values = next((layer for layer in layers if name in layer), {})
+            if name in values and not (values[name] or "").strip():
+                found[name] = ""
+        return found
 
 
 class Settings(BaseSettings):
@@ -65,6 +130,8 @@ class Settings(BaseSettings):
     llm_token_limit_param: Literal["auto", "max_tokens", "max_completion_tokens"] = "auto"
     llm_temperature: float = Field(0.7, ge=0, le=2)
     max_tool_rounds: int = Field(10, ge=1)
+    model_choices: ModelChoices = Field(default_factory=dict)
+    fallback_model: str | None = None
 
     # --- context engineering (seed 002) ---
     model_context_limits: dict[str, int] = Field(default_factory=dict)
@@ -114,14 +181,49 @@ class Settings(BaseSettings):
     telegram_reply_format: Literal["plain", "markdown"] = "plain"
     stream_replies: bool = True
 
+    # --- media: voice notes, photos, documents (issue 17) ---
+    transcribe_model: str = "whisper-1"
+    transcribe_base_url: str | None = None
+    transcribe_api_key: SecretStr | None = None
+    transcribe_timeout: float = Field(120.0, gt=0)
+    max_voice_seconds: int = Field(600, ge=1)
+    vision: bool = False
+    max_document_mb: float = Field(10.0, gt=0)
+    document_tokens: int = Field(0, ge=0)
+
     # --- delivery: the inbox queue and its workers (issue 15) ---
     worker_concurrency: int = Field(8, ge=1)
     worker_stalled_seconds: float = Field(30.0, ge=2)
     turn_wait_limit: float = Field(1800.0, gt=0)
 
+    # --- usage and budgets (issue 18) ---
+    model_prices: dict[str, ModelPrice] = Field(default_factory=dict)
+    user_daily_tokens: int = Field(0, ge=0)
+    user_monthly_tokens: int = Field(0, ge=0)
+
     # --- devtools ---
     checkpoint_keep: int = Field(50, ge=1)
     log_level: str = "INFO"
+
+    # --- devtools web page (issue 20) ---
+    web_token: SecretStr | None = None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (
+            init_settings,
+            env_settings,
+            dotenv_settings,
+            _EmptyMeansOff(settings_cls, getattr(dotenv_settings, "env_file", None)),
+            file_secret_settings,
+        )
 
     @model_validator(mode="after")
     def _check_storage(self) -> Settings:
@@ -143,6 +245,21 @@ class Settings(BaseSettings):
         if isinstance(value, int):
             return [value]
         return value
+
+    @field_validator("model_choices", mode="before")
+    @classmethod
+    def _parse_choices(cls, value: object) -> object:
+        """Accept a JSON object (name -> context limit or null), a JSON list of names, or
+        names separated by commas."""
+        if not isinstance(value, str):
+            return _choices_of(value)
+        text = value.strip()
+        if text.startswith(("{", "[")):
+            try:
+                return _choices_of(json.loads(text))
+            except ValueError:
+                raise ValueError("is not valid JSON") from None
+        return dict.fromkeys(name.strip() for name in text.split(",") if name.strip())
 
     @field_validator("database_url", mode="after")
     @classmethod
@@ -203,8 +320,16 @@ class Settings(BaseSettings):
         )
 
     def context_limit(self, model: str) -> int:
-        """Return the context window of `model`, or the safe default."""
-        return self.model_context_limits.get(model, self.default_context_limit)
+        """Return the context window of `model`: MODEL_CONTEXT_LIMITS, else its limit in
+        MODEL_CHOICES, else the safe default."""
+        limit = self.model_context_limits.get(model) or self.model_choices.get(model)
+        return limit or self.default_context_limit
+
+    @property
+    def choices(self) -> list[str]:
+        """Return the models a user may pick with /model: LLM_MODEL first, then
+        MODEL_CHOICES in their order."""
+        return list(dict.fromkeys([self.llm_model, *self.model_choices]))
 
     @property
     def token_limit_param(self) -> Literal["max_tokens", "max_completion_tokens"]:
@@ -223,12 +348,24 @@ class Settings(BaseSettings):
         return "max_completion_tokens" if host == "api.openai.com" else "max_tokens"
 
     @property
+    def transcription_on(self) -> bool:
+        """Tell whether voice notes are transcribed (TRANSCRIBE_MODEL empty or "off": no)."""
+        return self.transcribe_model.strip().lower() not in ("", "off", "none")
+
+    @property
     def effective_summary_model(self) -> str:
         return self.summary_model or self.llm_model
 
     @property
     def effective_compact_model(self) -> str:
         return self.compact_model or self.summary_model or self.llm_model
+
+
+def _choices_of(value: object) -> object:
+    """Turn a decoded MODEL_CHOICES (a list of names, or name -> limit) into name -> limit."""
+    if isinstance(value, list):
+        return dict.fromkeys(str(name).strip() for name in value if str(name).strip())
+    return value
 
 
 class ConfigError(RuntimeError):

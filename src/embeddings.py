@@ -11,13 +11,20 @@ dot product is the cosine similarity.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
-from typing import Any, Protocol
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from src.config import Settings
+from src.storage.usage_repo import CallRecord
+
+if TYPE_CHECKING:
+    from src.services.usage import UsageRecorder
 
 logger = logging.getLogger(__name__)
 
@@ -96,15 +103,23 @@ class LocalEmbedder:
 
 
 class OpenAIEmbedder:
-    """Any OpenAI-compatible `/v1/embeddings` endpoint, through langchain's client."""
+    """Any OpenAI-compatible `/v1/embeddings` endpoint, through langchain's client.
 
-    def __init__(self, settings: Settings) -> None:
+    With a `recorder`, every request is recorded as an "embedding" call. langchain's
+    client does not pass the endpoint's `usage` on, so its tokens are counted here
+    (marked estimated); a search query's call belongs to the turn that made it, the
+    background worker's batches to no owner.
+    """
+
+    def __init__(self, settings: Settings, recorder: UsageRecorder | None = None) -> None:
         from langchain_openai import OpenAIEmbeddings
         from pydantic import SecretStr
 
         name = settings.embedding_model or OPENAI_MODEL
         key = settings.embedding_api_key or settings.openai_api_key or SecretStr("not-needed")
         self.model = f"openai:{name}"
+        self.name = name
+        self.recorder = recorder
         # check_embedding_ctx_length would count tokens with tiktoken, which downloads its
         # encodings on first use; the server truncates or refuses long input itself.
         self._client = OpenAIEmbeddings(
@@ -117,17 +132,42 @@ class OpenAIEmbedder:
         )
 
     async def passages(self, texts: list[str]) -> np.ndarray:
-        vectors = await self._client.aembed_documents([_clip(t) or " " for t in texts])
+        clipped = [_clip(t) or " " for t in texts]
+        async with self._recording(clipped):
+            vectors = await self._client.aembed_documents(clipped)
         return normalize(np.array(vectors, dtype=np.float32))
 
     async def query(self, text: str) -> np.ndarray:
-        return normalize(np.array(await self._client.aembed_query(_clip(text) or " ")))
+        clipped = _clip(text) or " "
+        async with self._recording([clipped]):
+            vector = await self._client.aembed_query(clipped)
+        return normalize(np.array(vector))
+
+    @contextlib.asynccontextmanager
+    async def _recording(self, texts: list[str]) -> AsyncIterator[None]:
+        """Record the request made inside: its estimated tokens, time and outcome."""
+        if self.recorder is None:
+            yield
+            return
+        record = CallRecord("embedding", self.name, estimated=True)
+        record.input_tokens = self.recorder.estimate(texts)
+        started = time.perf_counter()
+        try:
+            yield
+        except Exception as exc:
+            record.status, record.error_class = "error", type(exc).__name__
+            record.input_tokens = 0
+            raise
+        finally:
+            record.latency_ms = (time.perf_counter() - started) * 1000
+            self.recorder.record(record)
 
 
-def make_embedder(settings: Settings) -> Embedder | None:
-    """Return the configured embedder, or None when semantic search is off."""
+def make_embedder(settings: Settings, recorder: UsageRecorder | None = None) -> Embedder | None:
+    """Return the configured embedder, or None when semantic search is off; an
+    endpoint's calls are recorded by `recorder` (the local model costs nothing)."""
     if settings.embedding_provider == "off":
         return None
     if settings.embedding_provider == "openai":
-        return OpenAIEmbedder(settings)
+        return OpenAIEmbedder(settings, recorder)
     return LocalEmbedder()

@@ -49,6 +49,7 @@ def secrets_of(settings: Settings) -> list[str]:
         settings.pg_password,
         settings.webhook_secret_token,
         settings.database_url,
+        settings.web_token,
     ]
     out = [v.get_secret_value() for v in values if v is not None]
     if settings.pg_password is not None:

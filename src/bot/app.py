@@ -116,6 +116,8 @@ async def _post_init(app: App) -> None:
 
 async def _post_shutdown(app: App) -> None:
     state = state_of(app)
+    if state.reader is not None:
+        await state.reader.close()
     if state.owns_runtime and state.runtime is not None:
         await state.runtime.close()
         state.runtime, state.owns_runtime = None, False

@@ -70,9 +70,10 @@ def identity_of(message: Message) -> Identity:
     user = message.from_user
     language = user.language_code if user else None
     if is_private(message) and user is not None:
-        return Identity(user.id, user.username, user.first_name, language)
+        return Identity(user.id, user.username, user.first_name, language, user.id)
     chat = message.chat
-    return Identity(chat.id, chat.username, chat.title, language)
+    sender = user.id if user is not None else None
+    return Identity(chat.id, chat.username, chat.title, language, sender)
 
 
 def author_name(message: Message) -> str:

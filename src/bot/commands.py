@@ -1,23 +1,38 @@
-"""The bot's commands: /start, /help, /new, /forget, /mute, /memory, /compress, /stop, and
-unknown ones."""
+"""The bot's commands: /start, /help, /new, /forget, /mute, /memory, /compress, /stop,
+/model, /usage, and unknown ones."""
 
 from __future__ import annotations
 
 import logging
 
-from telegram import Bot, Message, Update, User
+from telegram import (
+    Bot,
+    CallbackQuery,
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+    Message,
+    Update,
+    User,
+)
+from telegram.constants import ChatType
+from telegram.error import TelegramError
 from telegram.ext import ApplicationHandlerStop, ContextTypes
 
 from src.bot.chats import identity_of, is_anonymous_admin, is_private
 from src.bot.memory_view import render_memory
 from src.bot.sending import reply_text, typing
 from src.bot.state import BotState, state_of
+from src.services.agent_service import Identity
 from src.services.texts import t
+from src.services.usage_report import UsageReports, render_owner, render_top
 
 logger = logging.getLogger(__name__)
 
 Context = ContextTypes.DEFAULT_TYPE
 CLEAR_WORDS = ("clear", "очистить")
+# The /model buttons' data: "model:<position in the offered models>".
+MODEL_DATA = "model:"
+ALL_WORDS = ("all", "все", "всё")
 
 
 def message_of(update: Update) -> Message:
@@ -165,6 +180,101 @@ async def request_stop(
     return result
 
 
+async def cmd_model(update: Update, context: Context) -> None:
+    """/model: the models on offer with a button each, the current one marked;
+    /model <name or number>: answer with that one from the next message on."""
+    message, state = message_of(update), state_of(context)
+    lang, identity = lang_of_message(message), identity_of(message)
+    choices = state.settings.choices
+    async with state.order.hold(message.chat_id):
+        if context.args:
+            if not await may_change_memory(message, context):
+                return
+            name = _pick(choices, " ".join(context.args))
+            if name is None:
+                await say(message, t("model_unknown", lang, choices=", ".join(choices)))
+                return
+            await state.service.set_model(identity, name)
+            await say(message, t("model_set", lang, model=name))
+            return
+        current = await state.service.current_model(identity)
+        if len(choices) == 1:
+            await say(message, t("model_only", lang, model=current))
+            return
+        await message.reply_text(
+            t("model_list", lang, model=current),
+            reply_markup=model_buttons(choices, current),
+            do_quote=not is_private(message),
+        )
+
+
+def _pick(choices: list[str], wanted: str) -> str | None:
+    """Return the offered model named `wanted` (any case) or numbered so (from 1)."""
+    wanted = wanted.strip()
+    if wanted.isdigit() and 1 <= int(wanted) <= len(choices):
+        return choices[int(wanted) - 1]
+    return next((c for c in choices if c.lower() == wanted.lower()), None)
+
+
+def model_buttons(choices: list[str], current: str) -> InlineKeyboardMarkup:
+    """One button per offered model, the current one marked."""
+    rows = [
+        [
+            InlineKeyboardButton(
+                ("✓ " if name == current else "") + name, callback_data=f"{MODEL_DATA}{i}"
+            )
+        ]
+        for i, name in enumerate(choices)
+    ]
+    return InlineKeyboardMarkup(rows)
+
+
+async def model_pressed(state: BotState, bot: Bot, query: CallbackQuery) -> None:
+    """A press of a /model button: switch the chat's model (in a group, an administrator
+    only) and mark the new choice."""
+    user, message = query.from_user, query.message
+    lang, choices = user.language_code, state.settings.choices
+    index = (query.data or "").removeprefix(MODEL_DATA)
+    if message is None or not index.isdigit() or int(index) >= len(choices):
+        await query.answer()
+        return
+    chat = message.chat
+    if chat.type == ChatType.PRIVATE:
+        identity = Identity(user.id, user.username, user.first_name, lang)
+    elif await state.group_admins.is_admin(bot, chat.id, user.id):
+        identity = Identity(chat.id, chat.username, chat.title, lang)
+    else:
+        await query.answer(t("group_admins_only", lang))
+        return
+    name = choices[int(index)]
+    await state.service.set_model(identity, name)
+    await query.answer(t("model_set", lang, model=name))
+    try:
+        await query.edit_message_reply_markup(model_buttons(choices, name))
+    except TelegramError as exc:  # "message is not modified": pressed twice
+        logger.debug("could not mark the model chosen: %s", exc)
+
+
+async def cmd_usage(update: Update, context: Context) -> None:
+    """/usage: the chat's tokens and estimated cost (last answer, today, this month);
+    /usage all: the top spenders, for the bot's admins (ADMIN_USER_IDS)."""
+    message, state = message_of(update), state_of(context)
+    lang, usage = lang_of_message(message), state.service.usage
+    if usage is None:  # a service built without accounting (tests building handlers alone)
+        return
+    reports, settings = UsageReports(usage), state.settings
+    if context.args and context.args[0].lower() in ALL_WORDS:
+        user = message.from_user
+        if user is None or not state.access.is_admin(user.id):
+            await say(message, t("usage_admins_only", lang))
+            return
+        await say(message, render_top(await reports.top_periods(), lang))
+        return
+    owner = await reports.owner(identity_of(message).owner_id)
+    daily, monthly = settings.user_daily_tokens, settings.user_monthly_tokens
+    await say(message, render_owner(owner, lang, daily, monthly))
+
+
 async def cmd_unknown(update: Update, context: Context) -> None:
     """Any other /command: the help line."""
     message = message_of(update)
@@ -180,4 +290,6 @@ COMMANDS = {
     "memory": cmd_memory,
     "compress": cmd_compress,
     "stop": cmd_stop,
+    "model": cmd_model,
+    "usage": cmd_usage,
 }

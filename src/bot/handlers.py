@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from telegram import Bot, Update
+from telegram import Bot, Message, Update
 from telegram.constants import ChatType
 from telegram.error import Forbidden, RetryAfter, TelegramError
 from telegram.ext import (
@@ -30,9 +30,11 @@ from src.bot.chats import (
 )
 from src.bot.commands import COMMANDS, Context, cmd_unknown, lang_of_message, message_of, say
 from src.bot.live import LiveReply
+from src.bot.media import MEDIA, acknowledgement, caption_of, gather_album, unread, uploads_of
 from src.bot.sending import reply_text, typing
 from src.bot.state import BotState, state_of
 from src.services.agent_service import DB_ERRORS
+from src.services.media import MediaTurn
 from src.services.texts import t
 from src.storage.delivery_repo import Delivery
 
@@ -116,53 +118,111 @@ async def on_text(update: Update, context: Context) -> None:
     if refusal is not None:
         await say(message, refusal)
         return
-    delivery = Delivery(
+    async with state.order.hold(message.chat_id):
+        await answer(update, context, text)
+
+
+async def on_media(update: Update, context: Context) -> None:
+    """A voice note, audio file, photo or document, or an album of them: read into text
+    (what cannot be read gets one sentence each), then answered like a text. Documents
+    without a caption are stored and acknowledged: the next message asks about them.
+    """
+    message = message_of(update)
+    state, lang, bot = state_of(context), lang_of_message(message), context.bot
+    async with state.order.hold(message.chat_id):
+        album, siblings = await gather_album(state, bot, update)
+        repo = state.service.deps.delivery
+        if await repo.stored_message_id(update.update_id) is not None:
+            # An earlier run stored what it read (its worker died): answer that.
+            await answer(update, context, "", MediaTurn(siblings=siblings))
+            return
+        captioned = caption_of(album)
+        caption = turn_text(captioned, bot.username) if captioned is not None else ""
+        identity = identity_of(message)
+        if await state.service.budget_refusal(identity) is not None:
+            # Over the token budget: kept unread (no transcription, no description), and
+            # the turn answers with when the budget resets.
+            await answer(update, context, *unread(album, caption, siblings))
+            return
+        async with typing(message):  # transcribing, describing: seconds
+            uploads, problems = await uploads_of(bot, album, state.settings, lang)
+            turn = await state.media.read(uploads, caption, lang, identity.owner_id)
+        turn.siblings = siblings
+        for sentence in problems + turn.problems:
+            await say(message, sentence)
+        if not turn.text:
+            for update_id in siblings:  # nothing to answer: the album is done
+                await repo.finish(update_id)
+            return
+        if turn.heard is not None:
+            await say(message, t("heard", lang, text=turn.heard))
+        if turn.answer:
+            await answer(update, context, turn.text, turn)
+            return
+        delivery = delivery_of(update, message, state)
+        said = group_turn_text(message, turn.text)
+        await state.service.remember(identity_of(message), said, delivery, turn)
+        await say(message, acknowledgement(turn, lang))
+
+
+def delivery_of(update: Update, message: Message, state: BotState) -> Delivery:
+    """Return where the reply to a message goes (a quote of it in groups)."""
+    return Delivery(
         update.update_id,
         message.chat_id,
         message.message_thread_id if message.is_topic_message else None,
         None if is_private(message) else message.message_id,
         state.settings.telegram_reply_format,
     )
-    identity, said = identity_of(message), group_turn_text(message, text)
-    async with state.order.hold(message.chat_id):
-        waited = (datetime.now(UTC) - message.date).total_seconds()
-        if waited > state.settings.turn_wait_limit:
-            # Kept in the history for later turns, but too stale to answer now.
-            await state.service.remember(identity, said)
-            await say(message, t("waited_too_long", lang, minutes=round(waited / 60)))
-            return
-        live = LiveReply(context.bot, message, show=state.settings.stream_replies)
-        state.live.add(live)  # /stop finds it there
-        try:
-            live.start()
-            async with typing(message):
-                result = await state.service.handle_message(
-                    identity, said, delivery=delivery, stream=live.stream
-                )
-        finally:
-            state.live.remove(live)
-            live_id = await live.finish()
-        if not result.ok:
-            delivery = replace(delivery, fmt="plain")
-        repo = state.service.deps.delivery
-        try:
-            # Stored already with the reply (save_response), unless the turn failed.
-            await repo.add_reply(delivery, result.reply)
-            reply = await repo.reply(update.update_id)
-        except DB_ERRORS:
-            logger.error("outbox unavailable: the reply to %s goes unstored", update.update_id)
-            await reply_text(message, result.reply, delivery.fmt, quote=not is_private(message))
-            return
-        if reply is None:
-            return
-        status = await state.outbox.deliver(context.bot, reply, live_id=live_id)
-        if status == "rejected":
-            # Telegram refused the reply itself (logged with its reason): say so.
-            await say(message, t("internal_error", lang))
+
+
+async def answer(
+    update: Update, context: Context, text: str, media: MediaTurn | None = None
+) -> None:
+    """Run the turn on a message's text and deliver its reply (the chat's order held)."""
+    message = message_of(update)
+    state, lang = state_of(context), lang_of_message(message)
+    delivery = delivery_of(update, message, state)
+    identity, said = identity_of(message), group_turn_text(message, text) if text else ""
+    waited = (datetime.now(UTC) - message.date).total_seconds()
+    if waited > state.settings.turn_wait_limit:
+        # Kept in the history for later turns, but too stale to answer now.
+        if said:
+            await state.service.remember(identity, said, delivery, media)
+        await say(message, t("waited_too_long", lang, minutes=round(waited / 60)))
+        return
+    live = LiveReply(context.bot, message, show=state.settings.stream_replies)
+    state.live.add(live)  # /stop finds it there
+    try:
+        live.start()
+        async with typing(message):
+            result = await state.service.handle_message(
+                identity, said, delivery=delivery, stream=live.stream, media=media
+            )
+    finally:
+        state.live.remove(live)
+        live_id = await live.finish()
+    if not result.ok:
+        delivery = replace(delivery, fmt="plain")
+    repo = state.service.deps.delivery
+    try:
+        # Stored already with the reply (save_response), unless the turn failed.
+        await repo.add_reply(delivery, result.reply)
+        reply = await repo.reply(update.update_id)
+    except DB_ERRORS:
+        logger.error("outbox unavailable: the reply to %s goes unstored", update.update_id)
+        await reply_text(message, result.reply, delivery.fmt, quote=not is_private(message))
+        return
+    if reply is None:
+        return
+    status = await state.outbox.deliver(context.bot, reply, live_id=live_id)
+    if status == "rejected":
+        # Telegram refused the reply itself (logged with its reason): say so.
+        await say(message, t("internal_error", lang))
 
 
 async def on_other(update: Update, context: Context) -> None:
-    """Photos, stickers, voice, documents...: say that only text is understood."""
+    """Stickers, videos, locations...: say what is understood."""
     message = message_of(update)
     await say(message, t("not_text", lang_of_message(message)))
 
@@ -208,6 +268,7 @@ def register(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
     for name, callback in COMMANDS.items():
         app.add_handler(CommandHandler(name, callback))
     app.add_handler(MessageHandler(filters.COMMAND, cmd_unknown))
+    app.add_handler(MessageHandler(MEDIA, on_media))
     app.add_handler(MessageHandler(filters.TEXT | filters.CAPTION, on_text))
     app.add_handler(MessageHandler(~filters.StatusUpdate.ALL, on_other))
     app.add_error_handler(on_error)

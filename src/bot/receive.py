@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Coroutine
 from typing import Any
 from urllib.parse import urlsplit
@@ -21,8 +22,8 @@ from telegram import CallbackQuery, Message, Update
 from telegram.error import Conflict, InvalidToken, NetworkError, RetryAfter, TelegramError, TimedOut
 
 from src.bot.chats import command_name, is_anonymous_admin
-from src.bot.commands import lang_of_message, request_stop, say
-from src.bot.handlers import admission
+from src.bot.commands import MODEL_DATA, lang_of_message, model_pressed, request_stop, say
+from src.bot.handlers import ACCEPT, IGNORE, Verdict, admission
 from src.bot.live import STOP_DATA
 from src.bot.queue import QUEUE, TASK
 from src.bot.state import BotState
@@ -42,6 +43,9 @@ ALLOWED_UPDATES = [
 POLL_TIMEOUT = 10  # seconds Telegram holds a getUpdates call open when nothing comes
 # Pauses after failures to fetch or to store (the database is restarting...).
 RETRY_AFTER = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
+# How long an admitted album (media group) admits its other items: they come within
+# seconds, and in a group only the captioned one mentions the bot.
+ALBUM_SECONDS = 60.0
 
 
 def chat_id_of(update: Update) -> int | None:
@@ -58,6 +62,8 @@ class Receiver:
         self.state = state
         self.receiving = asyncio.Event()
         self._answers: set[asyncio.Task[None]] = set()
+        self._albums: dict[tuple[int, int, str], float] = {}
+        """Albums admitted lately, (chat, sender, media_group_id) -> when."""
 
     async def accept(self, raw: list[dict[str, Any]]) -> int:
         """Store the updates the gate admits; return how many were new. Raises when the
@@ -68,7 +74,7 @@ class Receiver:
             if update.callback_query is not None:
                 self._later(self._pressed(update.callback_query))
                 continue
-            verdict = admission(update, self.app.bot, self.state)
+            verdict = self._admit(update)
             if verdict.accept and update.message and command_name(update.message) == "stop":
                 # Not queued: behind the chat's running turn, it would come after it.
                 self._later(self._stop(update.message))
@@ -80,6 +86,26 @@ class Receiver:
         if len(new) < len(kept):
             logger.info("%d update(s) received again: ignored", len(kept) - len(new))
         return len(new)
+
+    def _admit(self, update: Update) -> Verdict:
+        """Run the gate; the other items of an album it admitted go with it.
+
+        They are not counted against the sender's rate limit again (an album is one
+        message to its sender), and in a group they need no mention of their own.
+        """
+        message = update.message
+        album = None
+        if message is not None and message.media_group_id and message.from_user is not None:
+            album = (message.chat_id, message.from_user.id, message.media_group_id)
+        now = time.monotonic()
+        known = album is not None and now - self._albums.get(album, -ALBUM_SECONDS) < ALBUM_SECONDS
+        verdict = admission(update, self.app.bot, self.state, count=not known)
+        if known and verdict == IGNORE:
+            verdict = ACCEPT  # in a group, only the captioned item mentions the bot
+        if album is not None and verdict.accept:
+            self._albums = {k: v for k, v in self._albums.items() if now - v < ALBUM_SECONDS}
+            self._albums[album] = now
+        return verdict
 
     def _later(self, work: Coroutine[Any, Any, None]) -> None:
         """Answer without holding up the updates behind this one."""
@@ -101,15 +127,18 @@ class Receiver:
             logger.warning("/stop in chat %s failed", message.chat_id, exc_info=True)
 
     async def _pressed(self, query: CallbackQuery) -> None:
-        """A press of the Stop button under a live message."""
+        """A press of the Stop button under a live message, or of a /model button."""
         user, lang = query.from_user, query.from_user.language_code
         chat = query.message.chat if query.message is not None else None
         try:
-            if query.data != STOP_DATA or chat is None:
-                await query.answer()
+            if chat is None or not self.state.access.allows(user.id, chat.id):
+                await query.answer(t("not_allowed", lang) if chat is not None else None)
                 return
-            if not self.state.access.allows(user.id, chat.id):
-                await query.answer(t("not_allowed", lang))
+            if (query.data or "").startswith(MODEL_DATA):
+                await model_pressed(self.state, self.app.bot, query)
+                return
+            if query.data != STOP_DATA:
+                await query.answer()
                 return
             result = await request_stop(self.state, self.app.bot, chat.id, user)
             key = {"stopped": "stopped", "not_yours": "stop_not_yours"}.get(

@@ -11,6 +11,7 @@ from src.config import Settings
 from src.services.agent_service import AgentService
 from src.services.factory import Runtime
 from src.services.keyed_lock import KeyedLock
+from src.services.media import MediaReader
 from src.services.reminders import ReminderService
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ class BotState:
     worker: UpdateWorker | None = None
     live: LiveTurns = field(default_factory=LiveTurns)
     stops: StopChannel | None = None
+    reader: MediaReader | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, runtime: Runtime | None = None) -> BotState:
@@ -72,6 +74,13 @@ class BotState:
         if self.sender is None:
             raise RuntimeError("the bot's runtime is not started (post_init has not run)")
         return self.sender
+
+    @property
+    def media(self) -> MediaReader:
+        """Return the reader of voice notes, photos and documents (made on first use)."""
+        if self.reader is None:
+            self.reader = MediaReader(self.service.deps, self.service.usage)
+        return self.reader
 
     async def reminders_gone(self, chat_id: int, reason: str) -> None:
         """A private chat refuses the bot's messages: stop reminding its user."""

@@ -18,26 +18,30 @@ from src.devtools.common import (
 )
 from src.devtools.turns import HEAD_SOURCES, Step, Turn, next_nodes, node_of, split_turns
 
+# A thread's checkpoints from one id on ("" for all of them): a turn's checkpoints all
+# come after its first one, so the turns that start there on are complete.
 SELECT_HEADERS = """
 SELECT checkpoint_id, parent_checkpoint_id, metadata, checkpoint ->> 'ts' AS ts,
        checkpoint -> 'updated_channels' AS updated_channels
-FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = '' ORDER BY checkpoint_id COLLATE "C"
+FROM checkpoints
+WHERE thread_id = %s AND checkpoint_ns = '' AND checkpoint_id COLLATE "C" >= %s
+ORDER BY checkpoint_id COLLATE "C"
 """
 SELECT_TASKS = """
 SELECT checkpoint_id, task_id, min(task_path) AS task_path, bool_or(channel = '__error__') AS failed
-FROM checkpoint_writes WHERE thread_id = %s AND checkpoint_ns = ''
+FROM checkpoint_writes
+WHERE thread_id = %s AND checkpoint_ns = '' AND checkpoint_id COLLATE "C" >= %s
 GROUP BY checkpoint_id, task_id ORDER BY checkpoint_id COLLATE "C", min(task_path)
 """
 # Checkpoint ids are time-ordered (uuid6): the newest turns sort last by id, bytewise.
-SELECT_RECENT_HEADS = """
+# A page of first checkpoints, newest first, in some threads (NULL: all) and before an
+# id (NULL: from the newest).
+SELECT_HEADS = """
 SELECT thread_id, checkpoint_id FROM checkpoints
-WHERE checkpoint_ns = '' AND metadata ->> 'source' = ANY(%s)
-ORDER BY checkpoint_id COLLATE "C" DESC LIMIT %s
-"""
-SELECT_RECENT_HEADS_IN = """
-SELECT thread_id, checkpoint_id FROM checkpoints
-WHERE checkpoint_ns = '' AND metadata ->> 'source' = ANY(%s) AND thread_id = ANY(%s)
-ORDER BY checkpoint_id COLLATE "C" DESC LIMIT %s
+WHERE checkpoint_ns = '' AND metadata ->> 'source' = ANY(%(sources)s)
+  AND (%(threads)s::text[] IS NULL OR thread_id = ANY(%(threads)s::text[]))
+  AND (%(before)s::text IS NULL OR checkpoint_id COLLATE "C" < %(before)s::text)
+ORDER BY checkpoint_id COLLATE "C" DESC LIMIT %(limit)s
 """
 SELECT_THREADS_LIKE = """
 SELECT DISTINCT thread_id FROM checkpoints WHERE thread_id LIKE %s ORDER BY thread_id LIMIT 6
@@ -97,11 +101,13 @@ class CheckpointReader:
             raise DevtoolsError(f"checkpoint {text!r} is ambiguous: {', '.join(ids[:5])} ...")
         return str(ids[0])
 
-    async def turns(self, thread_id: str) -> list[Turn]:
-        """Return every turn of the thread, oldest first (structure only, no values)."""
+    async def turns(self, thread_id: str, since: str = "") -> list[Turn]:
+        """Return the turns of the thread, oldest first (structure only, no values):
+        all of them, or those starting at checkpoint `since` or later."""
         async with self.pool.connection() as conn:
-            headers = await (await conn.execute(SELECT_HEADERS, (thread_id,))).fetchall()
-            tasks = await (await conn.execute(SELECT_TASKS, (thread_id,))).fetchall()
+            cur = await conn.execute(SELECT_HEADERS, (thread_id, since))
+            headers = await cur.fetchall()
+            tasks = await (await conn.execute(SELECT_TASKS, (thread_id, since))).fetchall()
         steps = [
             Step(
                 checkpoint_id=h["checkpoint_id"],
@@ -127,28 +133,49 @@ class CheckpointReader:
 
     async def recent_turns(self, user_id: int | None, limit: int) -> list[Turn]:
         """Return the newest `limit` turns over all threads (or one user's), newest first."""
-        async with self.pool.connection() as conn:
-            if user_id is None:
-                cur = await conn.execute(SELECT_RECENT_HEADS, (list(HEAD_SOURCES), limit))
-            else:
-                if await missing_tables(self.pool, ("conversations",)):
-                    raise DevtoolsError(
-                        "--user needs the conversations table: run `tgagent db migrate`",
-                        EXIT_ENVIRONMENT,
-                    )
-                owned = await (await conn.execute(SELECT_USER_THREADS, (user_id,))).fetchall()
-                threads = [r["thread_id"] for r in owned]
-                cur = await conn.execute(
-                    SELECT_RECENT_HEADS_IN, (list(HEAD_SOURCES), threads, limit)
-                )
-            heads = [(r["thread_id"], r["checkpoint_id"]) for r in await cur.fetchall()]
-        by_thread: dict[str, dict[str, Turn]] = {}
-        for thread_id in dict.fromkeys(t for t, _ in heads):
-            by_thread[thread_id] = {t.head.checkpoint_id: t for t in await self.turns(thread_id)}
-        result = [by_thread[t][c] for t, c in heads if c in by_thread[t]]
+        threads = None if user_id is None else await self.user_threads(user_id)
+        result = await self.turns_at(await self.heads(threads, None, limit))
         for turn in result:
             await self.load_values(turn)
         return result
+
+    async def user_threads(self, user_id: int) -> list[str]:
+        """Return the ids of the user's (or group's) conversations."""
+        if await missing_tables(self.pool, ("conversations",)):
+            raise DevtoolsError(
+                "--user needs the conversations table: run `tgagent db migrate`",
+                EXIT_ENVIRONMENT,
+            )
+        async with self.pool.connection() as conn:
+            owned = await (await conn.execute(SELECT_USER_THREADS, (user_id,))).fetchall()
+        return [r["thread_id"] for r in owned]
+
+    async def heads(
+        self, threads: list[str] | None, before: str | None, limit: int
+    ) -> list[tuple[str, str]]:
+        """Return (thread, first checkpoint) of up to `limit` turns, newest first: in
+        `threads` (None: every thread), older than checkpoint `before` (None: the newest)."""
+        params = {
+            "sources": list(HEAD_SOURCES),
+            "threads": threads,
+            "before": before,
+            "limit": limit,
+        }
+        async with self.pool.connection() as conn:
+            rows = await (await conn.execute(SELECT_HEADS, params)).fetchall()
+        return [(r["thread_id"], r["checkpoint_id"]) for r in rows]
+
+    async def turns_at(self, heads: list[tuple[str, str]]) -> list[Turn]:
+        """Return the turns that start at `heads` (as `heads` returns them), in that
+        order, structure only; reads each thread's checkpoints from its oldest head on."""
+        oldest: dict[str, str] = {}
+        for thread_id, checkpoint_id in heads:
+            oldest[thread_id] = min(oldest.get(thread_id, checkpoint_id), checkpoint_id)
+        found: dict[tuple[str, str], Turn] = {}
+        for thread_id, since in oldest.items():
+            for turn in await self.turns(thread_id, since):
+                found[(thread_id, turn.head.checkpoint_id)] = turn
+        return [found[head] for head in heads if head in found]
 
     async def load_values(self, turn: Turn) -> None:
         """Fill in the state at the turn's last checkpoint (and its input, if it has one)."""

@@ -31,7 +31,7 @@ def _positive(text: str) -> int:
     return value
 
 
-def _reporting(handler: Handler) -> Handler:
+def reporting(handler: Handler) -> Handler:
     """Turn a DevtoolsError into one line on stderr and its exit code."""
 
     async def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -141,7 +141,7 @@ def register(sub: Any, db_sub: Any) -> None:
     graph = sub.add_parser("graph", help="draw the conversation graph")
     graph.add_argument("--format", choices=FORMATS, default="mermaid")
     graph.add_argument("--out", type=Path, help="write to FILE (needed for png)")
-    graph.set_defaults(handler=_reporting(graph_command))
+    graph.set_defaults(handler=reporting(graph_command))
 
     runs = sub.add_parser("runs", help="past turns, from the checkpointer")
     runs_sub = runs.add_subparsers(dest="runs_command", required=True)
@@ -149,12 +149,12 @@ def register(sub: Any, db_sub: Any) -> None:
     listing.add_argument("--user", type=int, help="only this Telegram user's (or group's) turns")
     listing.add_argument("--limit", type=_positive, default=20, help="most turns shown (20)")
     listing.add_argument("--json", action="store_true", help="print JSON")
-    listing.set_defaults(handler=_reporting(runs_list_command))
+    listing.set_defaults(handler=reporting(runs_list_command))
     show = runs_sub.add_parser("show", help="one turn, node by node")
     show.add_argument("thread", help="conversation id (or a unique prefix)")
     show.add_argument("--checkpoint", help="any checkpoint of the turn (default: the last turn)")
     show.add_argument("--json", action="store_true", help="print JSON")
-    show.set_defaults(handler=_reporting(runs_show_command))
+    show.set_defaults(handler=reporting(runs_show_command))
 
     replay = sub.add_parser("replay", help="re-run a turn from a checkpoint, beside the record")
     replay.add_argument("thread", help="conversation id (or a unique prefix)")
@@ -164,8 +164,8 @@ def register(sub: Any, db_sub: Any) -> None:
         "--commit", action="store_true", help="keep the replay as a fork of the thread"
     )
     replay.add_argument("--json", action="store_true", help="print JSON")
-    replay.set_defaults(handler=_reporting(replay_command))
+    replay.set_defaults(handler=reporting(replay_command))
 
     prune = db_sub.add_parser("prune", help="keep the last CHECKPOINT_KEEP turns per conversation")
     prune.add_argument("--keep", type=_positive, help="turns to keep (default CHECKPOINT_KEEP)")
-    prune.set_defaults(handler=_reporting(prune_command))
+    prune.set_defaults(handler=reporting(prune_command))

@@ -76,15 +76,20 @@ def nodes_and_edges(drawable: Graph) -> tuple[list[str], list[Edge]]:
     return nodes, edges
 
 
-def node_notes(drawable: Graph) -> dict[str, str]:
-    """Return extra facts per node (the tools node lists its tools)."""
-    notes = {}
+def node_tools(drawable: Graph) -> dict[str, list[str]]:
+    """Return the names of the tools each tool-running node offers."""
+    found = {}
     for node in drawable.nodes.values():
         tools = (node.metadata or {}).get("__tools")
         if tools:
             names = tools if isinstance(tools, list | tuple) else [tools]
-            notes[node.id] = "tools: " + ", ".join(str(t) for t in names)
-    return notes
+            found[node.id] = [str(t) for t in names]
+    return found
+
+
+def node_notes(drawable: Graph) -> dict[str, str]:
+    """Return extra facts per node (the tools node lists its tools)."""
+    return {name: "tools: " + ", ".join(tools) for name, tools in node_tools(drawable).items()}
 
 
 def render_ascii(drawable: Graph) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 from collections import defaultdict
+from collections.abc import Collection
 from datetime import UTC, datetime
 
 from langchain_core.runnables.graph import Graph
@@ -59,8 +60,9 @@ def _layout(nodes: list[str], forward: list[Edge]) -> dict[str, tuple[float, flo
     return place
 
 
-def render_svg(drawable: Graph) -> str:
-    """Draw the graph as SVG: boxes in rows, solid edges always taken, dashed ones routed."""
+def render_svg(drawable: Graph, highlight: Collection[str] = ()) -> str:
+    """Draw the graph as SVG: boxes in rows, solid edges always taken, dashed ones routed;
+    the nodes in `highlight` (the ones a turn ran) filled in amber, with class `visited`."""
     nodes, edges = nodes_and_edges(drawable)
     back = _back_edges(nodes, edges)
     place = _layout(nodes, [e for e in edges if e not in back])
@@ -98,11 +100,15 @@ def render_svg(drawable: Graph) -> str:
         terminal = name in ("__start__", "__end__")
         rx = BOX_H / 2 if terminal else 6
         fill = "#ffffff" if name == "__start__" else "#bfb6fc" if name == "__end__" else "#f2f0ff"
+        stroke, kind = "#7b6fd6", "node"
+        if name in highlight:
+            fill, stroke, kind = "#ffd166", "#b7791f", "node visited"
         parts.append(
+            f'<g class="{kind}" data-node="{html.escape(name)}">'
             f'<rect x="{x - w / 2:.0f}" y="{y:.0f}" width="{w:.0f}" height="{BOX_H}" '
-            f'rx="{rx:.0f}" fill="{fill}" stroke="#7b6fd6"/>'
+            f'rx="{rx:.0f}" fill="{fill}" stroke="{stroke}"/>'
             f'<text x="{x:.0f}" y="{y + BOX_H / 2 + 4:.0f}" text-anchor="middle">'
-            f"{html.escape(name)}</text>"
+            f"{html.escape(name)}</text></g>"
         )
     parts.append("</svg>")
     return "\n".join(parts)

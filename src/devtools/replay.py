@@ -212,8 +212,10 @@ async def replay(
         conversation_id = uuid.UUID(target.thread_id)
     except ValueError:
         raise DevtoolsError(f"thread {target.thread_id} is not a tgagent conversation id") from None
-    # As if LLM_MODEL were the chosen model: its context limit and token counting too.
-    settings = settings.model_copy(update={"llm_model": model or settings.llm_model})
+    # The model given, else the one the turn started with (the owner's /model choice),
+    # as if it were LLM_MODEL: its context limit and token counting too.
+    chosen = target.recorded.input.get("model") if target.recorded is not None else None
+    settings = settings.model_copy(update={"llm_model": model or chosen or settings.llm_model})
     chat = chat_model or make_chat_model(settings)
     outcome = ReplayOutcome(
         thread_id=target.thread_id,
@@ -259,7 +261,7 @@ async def _run_on_copy(
         fork = await graph.aupdate_state(config, None, as_node="__copy__")
         outcome.fork_id = fork["configurable"]["checkpoint_id"]
         run_config = {
-            "configurable": dict(fork["configurable"]),
+            "configurable": dict(fork["configurable"], model=settings.llm_model),
             "metadata": {"replay_of": target.checkpoint_id, "replay_model": settings.llm_model},
             "run_name": "replay",
         }

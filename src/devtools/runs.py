@@ -21,6 +21,7 @@ from src.devtools.turns import Step, Turn, turn_containing
 
 ROUTE = "branch:to:"
 ERROR = "__error__"
+# Channels shown as a count; history, facts and compacts: checkpoints of earlier versions.
 COUNTED = {"history": "messages", "facts": "facts", "compacts": "compacts", "thread": "positions"}
 
 
@@ -60,6 +61,7 @@ def turn_summary(turn: Turn) -> dict[str, Any]:
         "tools_used": turn.tools_used,
         "tokens": turn.usage,
         "model": turn.model,
+        "fallback": turn.fallback,
         "reply": turn.reply,
     }
 
@@ -83,6 +85,7 @@ def format_turn_list(turns: list[Turn]) -> str:
                     f"  message     {shorten(turn.input_text, 70)!r}",
                     f"  nodes       {' > '.join(turn.nodes) or '-'}",
                     f"  tools       {', '.join(turn.tools_used) or '-'}",
+                    f"  model       {turn.model or '?'}" + (" (fallback)" if turn.fallback else ""),
                 ]
             )
         )
@@ -199,7 +202,7 @@ def detail_json(detail: dict[str, Any]) -> dict[str, Any]:
             "next": s["step"].next_nodes,
             "writes": [
                 {
-                    "node": _node(s["step"], w["task_id"]),
+                    "node": writer_of(s["step"], w["task_id"]),
                     "channel": w["channel"],
                     "value": jsonable(w["value"]),
                 }
@@ -211,7 +214,8 @@ def detail_json(detail: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _node(step: Step, task_id: str) -> str:
+def writer_of(step: Step, task_id: str) -> str:
+    """Return the node whose task `task_id` wrote at this step."""
     if task_id in step.task_ids:
         return step.nodes[step.task_ids.index(task_id)]
     return task_id
@@ -224,7 +228,8 @@ def format_turn_detail(detail: dict[str, Any]) -> str:
     lines = [
         f"turn {detail['index']} of {detail['count']} in thread {turn.thread_id} ({owner})",
         f"started {_when(turn)}, {turn.duration_ms:.1f} ms, {turn.status}, "
-        f"tokens {_tokens(turn)}, model {turn.model or '?'}",
+        f"tokens {_tokens(turn)}, model {turn.model or '?'}"
+        + (" (the fallback: the chosen model failed)" if turn.fallback else ""),
         f"first checkpoint {turn.head.checkpoint_id} ({_kind(turn)})",
         f"message: {shorten(turn.input_text, 100)!r}",
         f"reply:   {shorten(turn.reply, 100)!r}" if turn.reply else "reply:   (none)",

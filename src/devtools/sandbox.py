@@ -38,6 +38,9 @@ OWNER_ROWS: tuple[tuple[str, str], ...] = (
     # does (it passes no delivery), and if it did, the reply would land in an empty copy.
     ("inbox", "false"),
     ("outbox", "false"),
+    # A replay's models are made without the usage recorder: its calls cost the operator,
+    # not the user, and if one were recorded it would land in an empty copy.
+    ("llm_calls", "false"),
 )
 SCHEMA_OF = """
 SELECT n.nspname AS schema FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace

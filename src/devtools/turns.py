@@ -94,10 +94,16 @@ class Turn:
 
     @property
     def model(self) -> str | None:
+        """The model that answered: as the endpoint named it, else as the turn chose it."""
         for message in reversed(self.values.get("messages") or []):
-            if isinstance(message, AIMessage):
-                return message.response_metadata.get("model_name")
-        return None
+            if isinstance(message, AIMessage) and message.response_metadata.get("model_name"):
+                return str(message.response_metadata["model_name"])
+        return self.values.get("model") or None
+
+    @property
+    def fallback(self) -> bool:
+        """Whether FALLBACK_MODEL answered because the chosen model kept failing."""
+        return bool(self.values.get("fallback"))
 
     @property
     def replay_of(self) -> str | None:

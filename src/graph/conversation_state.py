@@ -17,24 +17,22 @@ class ConversationState(TypedDict, total=False):
     """The conversation (and LangGraph thread) this turn belongs to."""
     language: str | None
     """The user's Telegram language code, for the bot's own texts."""
+    model: str
+    """The chat model answering this turn: the owner's /model choice, else LLM_MODEL;
+    FALLBACK_MODEL once that one failed with a server error or a timeout."""
+    fallback: bool
+    """Whether FALLBACK_MODEL took over this turn."""
     input_text: str
     """The user's message as stored: `[Текущее время: ...] text`."""
     input_message_id: int
     """Database id of the stored user message (already persisted before the graph ran)."""
     input_number: int
     """Absolute number of the stored user message in its conversation."""
-    history: list[dict[str, Any]]
-    """Stored messages of the working window, oldest first, the current message excluded."""
-    summary: str
-    """Running summary of what left the working window (empty after /forget)."""
-    overflow_ready: bool
-    """Whether enough unsummarized messages precede the window for the summarizer to run."""
+    summary_due: bool
+    """Whether the summarizer has work after the reply: enough unsummarized messages
+    precede the window, or the token budget left stored messages out of the context."""
     facts_due: bool
     """Whether FACTS_EVERY user messages wait for fact extraction (after the reply)."""
-    facts: list[dict[str, Any]]
-    """Typed facts about the user, most important first."""
-    compacts: list[dict[str, Any]]
-    """Compacts of the user's previous conversations, newest first."""
     thread: list[dict[str, Any]]
     """The numbered thread the model saw: per position, the stored message's id, number
     and role (the current message last); tools resolve positions against it."""
@@ -65,7 +63,11 @@ class ConversationState(TypedDict, total=False):
 
 
 def turn_input(
-    user_id: int, conversation_id: str, stored: dict[str, Any], language: str | None = None
+    user_id: int,
+    conversation_id: str,
+    stored: dict[str, Any],
+    language: str | None = None,
+    model: str = "",
 ) -> dict[str, Any]:
     """Return a turn's input state for the stored user message `stored`.
 
@@ -75,6 +77,8 @@ def turn_input(
         "user_id": user_id,
         "conversation_id": conversation_id,
         "language": language,
+        "model": model,
+        "fallback": False,
         "input_text": stored["content"],
         "input_message_id": stored["id"],
         "input_number": stored["number"],

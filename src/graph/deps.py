@@ -7,6 +7,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Protocol
 
 from langchain_core.language_models import BaseChatModel
 
@@ -26,6 +27,14 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+class BudgetCheck(Protocol):
+    """Whether an owner's token budget lets background work call models now."""
+
+    async def allows(self, owner_id: int) -> bool:
+        """Tell whether the owner is within USER_DAILY_TOKENS and USER_MONTHLY_TOKENS."""
+        ...
+
+
 @dataclass
 class GraphDeps:
     """Repositories, models, clock and settings the nodes and tools use."""
@@ -37,14 +46,26 @@ class GraphDeps:
     search: SearchRepository
     chat_model: BaseChatModel
     summary_model: BaseChatModel
+    models: Callable[[str], BaseChatModel] | None = None
+    """Chat models by name: a user's /model choice, FALLBACK_MODEL. None: `chat_model`
+    answers whatever the name (a model injected by tests or a replay)."""
     embedder: Embedder | None = None
     """Embeds search queries; None when semantic search is off."""
     clock: Callable[[], datetime] = utc_now
     counter: TokenCounter = field(default_factory=ApproxCounter)
     json_answers: JsonAnswers = field(default_factory=JsonAnswers)
+    budget: BudgetCheck | None = None
+    """Token budgets: the summary and facts after a reply wait while the owner is over
+    budget. None: no budgets."""
     stops: dict[int, asyncio.Event] = field(default_factory=dict)
     """The stop signals of this process's live turns, by owner (/stop sets one): the
     agent node streams the model's answer of such a turn and ends it when it is set."""
+
+    def chat_model_named(self, name: str | None) -> BaseChatModel:
+        """Return the chat model called `name` (LLM_MODEL's is `chat_model`)."""
+        if not name or name == self.settings.llm_model or self.models is None:
+            return self.chat_model
+        return self.models(name)
 
     @functools.cached_property
     def delivery(self) -> DeliveryRepository:

@@ -1,5 +1,5 @@
-"""Wire the conversation graph: load_history -> build_context -> agent <-> tools ->
-log_tools (only after tools ran) -> save_response -> extract_facts? -> summarize?"""
+"""Wire the conversation graph: build_context -> agent <-> tools -> log_tools (only after
+tools ran) -> save_response -> extract_facts? -> summarize?"""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from src.graph.nodes import Nodes
 from src.graph.tools import make_memory_tools
 
 NODE_NAMES = (
-    "load_history",
     "build_context",
     "agent",
     "tools",
@@ -43,7 +42,6 @@ def build_graph(deps: GraphDeps, checkpointer: BaseCheckpointSaver[Any] | None =
     tools = make_tools(deps)
     nodes = Nodes(deps, tools)
     builder = StateGraph(ConversationState)
-    builder.add_node("load_history", nodes.load_history)
     builder.add_node("build_context", nodes.build_context)
     builder.add_node("agent", nodes.agent)
     builder.add_node("tools", ToolNode(tools, handle_tool_errors=tool_error_message))
@@ -52,8 +50,7 @@ def build_graph(deps: GraphDeps, checkpointer: BaseCheckpointSaver[Any] | None =
     builder.add_node("extract_facts", nodes.extract_facts)
     builder.add_node("summarize", nodes.summarize)
 
-    builder.add_edge(START, "load_history")
-    builder.add_edge("load_history", "build_context")
+    builder.add_edge(START, "build_context")
     builder.add_edge("build_context", "agent")
     builder.add_conditional_edges(
         "agent", nodes.route_after_agent, ["tools", "log_tools", "save_response"]
@@ -62,13 +59,8 @@ def build_graph(deps: GraphDeps, checkpointer: BaseCheckpointSaver[Any] | None =
     builder.add_edge("log_tools", "save_response")
 
     def summarize_or_end(state: ConversationState) -> Literal["summarize", "__end__"]:
-        # Summarize when load_history saw enough unsummarized messages before the window,
-        # or when the token budget left stored messages out of the context (the thread
-        # then holds fewer than history + current); otherwise skip the step entirely.
-        history = len(state.get("history") or [])
-        if state.get("overflow_ready") or len(state.get("thread") or []) <= history:
-            return "summarize"
-        return "__end__"
+        # build_context decided (see `summary_due`); otherwise skip the step entirely.
+        return "summarize" if state.get("summary_due") else "__end__"
 
     def route_after_save(
         state: ConversationState,

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, Literal
 
+import openai
 import psycopg
 from langchain_core.messages import (
     AIMessage,
@@ -37,12 +38,19 @@ from src.graph.tokens import count_tools
 from src.lang import lang_of
 from src.storage.base import clean_json
 from src.storage.delivery_repo import Delivery
+from src.storage.turn_reads import read_turn
 
 logger = logging.getLogger(__name__)
 
 
 class ModelFailure(RuntimeError):
     """The chat model failed or answered with nothing usable."""
+
+
+# Failures FALLBACK_MODEL answers after the model's own retries: server errors (5xx),
+# timeouts and lost connections; not a refused request (4xx), which another model of the
+# same endpoint would most likely refuse too.
+TRANSIENT = (openai.InternalServerError, openai.APIConnectionError)
 
 
 def window_size(active_messages_count: int | None, max_context: int) -> int:
@@ -100,6 +108,29 @@ async def _next_or_stop(chunks: Any, stop: asyncio.Event | None) -> AIMessageChu
     return None
 
 
+def with_images(messages: list[BaseMessage], config: RunnableConfig) -> list[BaseMessage]:
+    """Attach the turn's photos (`configurable.images`, data URLs) to the user's current
+    message as image parts. They ride in the config, not the state: checkpoints keep the
+    message's text (with the photos' description), never the images."""
+    images = (config.get("configurable") or {}).get("images")
+    current = next(
+        (i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], HumanMessage)),
+        None,
+    )
+    if not images or current is None:
+        return messages
+    message = messages[current]
+    content: list[str | dict[str, Any]] = [
+        {"type": "text", "text": message.text},
+        *({"type": "image_url", "image_url": {"url": url}} for url in images),
+    ]
+    return [
+        *messages[:current],
+        message.model_copy(update={"content": content}),
+        *messages[current + 1 :],
+    ]
+
+
 def _turn_messages(state: ConversationState) -> list[BaseMessage]:
     """Return the messages the model and tools produced this turn (after the input)."""
     messages = state.get("messages") or []
@@ -116,73 +147,88 @@ class Nodes:
         self.deps = deps
         self.tools = tools
         self.tool_names = frozenset(t.name for t in tools)
-        self.model_with_tools = deps.chat_model.bind_tools(tools) if tools else deps.chat_model
+        # The chat models bound to the tools, by name (bound once each).
+        self._with_tools: dict[str, Any] = {}
         # Every request carries the tools' schemas: the context budget leaves room for them.
         self.tool_tokens = count_tools(tools, deps.counter)
 
-    async def load_history(self, state: ConversationState) -> dict[str, Any]:
-        """Load the working window, running summary, facts and previous conversations."""
+    async def build_context(
+        self, state: ConversationState, config: RunnableConfig
+    ) -> dict[str, Any]:
+        """Read the turn's memory in one round trip and assemble the model's context
+        within the token budget of the turn's model.
+
+        The rows read (window, summary, facts, compacts) enter the state only as the
+        messages the model sees: a checkpoint carries each of them once.
+        """
         deps, user_id = self.deps, state["user_id"]
         settings = deps.settings
-        conversation_id = uuid.UUID(state["conversation_id"])
-        # One checkout for all the reads: each checkout costs the pool's connection check.
+        trigger = settings.summary_trigger
         async with deps.conversations.pool.connection() as conn:
-            user = await deps.users.get(user_id, conn=conn)
-            window = window_size(
-                user["active_messages_count"] if user else None, settings.max_context
+            reads = await read_turn(
+                conn,
+                user_id,
+                uuid.UUID(state["conversation_id"]),
+                # The current message, the window and, with a full window, what precedes
+                # it until the summarizer folds it (see below).
+                messages=settings.max_context + 1 + trigger + 2,
+                facts_every=settings.facts_every,
+                # Twice the prompt's share: the objective filter may leave some out.
+                facts=2 * settings.max_facts_in_prompt,
+                # Every compact is of an ended session: earlier conversations, and
+                # earlier sessions of this one that ended by silence.
+                compacts=settings.compacts_in_prompt,
             )
-            rows: list[dict[str, Any]] = []
-            before: list[dict[str, Any]] = []
-            trigger = settings.summary_trigger
-            if window > 0:
-                # With a full window, also read the `trigger` messages just before it: if
-                # none of them is summarized yet, the summarizer has work after the reply.
-                extra = trigger if window == settings.max_context else 0
-                loaded = await deps.conversations.load_last_messages(
-                    conversation_id, window + 1 + extra, conn=conn
-                )
-                loaded = [r for r in loaded if r["id"] != state.get("input_message_id")]
-                rows, before = loaded[-window:], loaded[:-window]
-            conv = await deps.conversations.conversation_for_turn(
-                conversation_id, settings.facts_every, conn=conn
-            )
-            # After this turn the window moves on by at least the message and its reply:
-            # count those two with what already precedes it, so the summarizer runs
-            # right after the reply that pushes messages out, not one turn later.
-            leaving = rows[:2] if window == settings.max_context else []
-            overflow_ready = sum(not r["summarized"] for r in before + leaving) >= trigger
-            # Twice the prompt's share: build_context may leave preferences out (objectivity).
-            facts = await deps.memory.list_facts(
-                user_id, 2 * settings.max_facts_in_prompt, conn=conn
-            )
-            compacts = []
-            if settings.compacts_in_prompt:
-                # Every compact is of an ended session: earlier conversations, and earlier
-                # sessions of this one that ended by silence.
-                compacts = await deps.memory.list_compacts(
-                    user_id, settings.compacts_in_prompt, conn=conn
-                )
-        return {
-            # A summarized message is in the running summary: showing it again would
-            # repeat it, and compressing it would summarize it twice.
-            "history": [_jsonable(r) for r in rows if not r["summarized"]],
-            "summary": conv["summary"] if conv else "",
-            "overflow_ready": overflow_ready,
-            "facts_due": conv is not None and conv["facts_pending"] >= settings.facts_every,
-            "facts": [_jsonable(f) for f in facts],
-            "compacts": [_jsonable(c) for c in compacts],
-        }
-
-    async def build_context(self, state: ConversationState) -> dict[str, Any]:
-        """Assemble the model's context within the token budget."""
+        user, conv = reads.user, reads.conversation
+        window = window_size(user["active_messages_count"] if user else None, settings.max_context)
+        full = window == settings.max_context
+        # A full window keeps what precedes it until the summarizer has folded it into
+        # the running summary: messages leave the context in batches, when the summary
+        # takes them, not one by one every turn. The prompt then stays byte-identical from
+        # turn to turn between folds (a cache reuses it), and no message is ever in neither
+        # the context nor the summary. At most `trigger + 2` more (the summarizer runs
+        # after the reply that leaves `trigger` of them waiting), and never more than
+        # doubling the window.
+        tail = window + min(trigger + 2, window) if full else window
+        rows: list[dict[str, Any]] = []
+        earlier: list[dict[str, Any]] = []
+        recent: list[dict[str, Any]] = []
+        if window > 0:
+            loaded = [
+                r for r in reads.messages[-(tail + 1) :] if r["id"] != state.get("input_message_id")
+            ]
+            rows = loaded[-tail:]
+            recent, earlier = loaded[-window:], loaded[:-window]
+        # After this turn the window moves on by at least the message and its reply:
+        # count those two with the `trigger` messages before it, so the summarizer runs
+        # right after the reply that leaves enough waiting, not one turn later.
+        leaving = recent[:2] if full else []
+        waiting = earlier[-trigger:] + leaving
+        overflow_ready = sum(not r["summarized"] for r in waiting) >= trigger
+        # A summarized message is in the running summary: showing it again would
+        # repeat it, and compressing it would summarize it twice.
+        history = [_jsonable(r) for r in rows if not r["summarized"]]
+        values = dict(
+            state,
+            model=self._model_name(state, config),
+            history=history,
+            summary=conv["summary"] if conv else "",
+            facts=[_jsonable(f) for f in reads.facts],
+            compacts=[_jsonable(c) for c in reads.compacts],
+        )
         messages, snapshot, tokens = assemble_context(
-            dict(state), self.deps.settings, self.deps.counter, reserve=self.tool_tokens
+            values, settings, deps.counter, reserve=self.tool_tokens
         )
         return {
             "messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *messages],
             "thread": snapshot,
             "context_tokens": tokens,
             "tool_rounds": 0,
+            # Summarize after the reply when enough unsummarized messages precede the
+            # window, or when the token budget left stored messages out of the context
+            # (the thread then holds fewer than the history and the current message).
+            "summary_due": overflow_ready or len(snapshot) <= len(history),
+            "facts_due": conv is not None and conv["facts_pending"] >= settings.facts_every,
         }
 
     async def agent(self, state: ConversationState, config: RunnableConfig) -> dict[str, Any]:
@@ -194,21 +240,31 @@ class Nodes:
         """
         rounds = state.get("tool_rounds", 0)
         capped = rounds >= self.deps.settings.max_tool_rounds
-        model: Any = self.deps.chat_model if capped else self.model_with_tools
-        messages = list(state["messages"])
+        messages = with_images(list(state["messages"]), config)
         if capped:
             messages.append(HumanMessage(prompts.CAP_REACHED_NOTE))
+        name = self._model_name(state, config)
+        taken: dict[str, Any] = {}
         try:
-            if is_live(config):
-                answer = await self._stream(model, messages, state)
-            else:
-                answer = await model.ainvoke(messages)
+            answer = await self._call(name, capped, messages, state, config)
         except Exception as exc:
-            raise ModelFailure(f"model call failed: {type(exc).__name__}: {exc}") from exc
+            fallback = self.deps.settings.fallback_model
+            if not (fallback and fallback != name and isinstance(exc, TRANSIENT)):
+                raise ModelFailure(f"model call failed: {type(exc).__name__}: {exc}") from exc
+            logger.warning(
+                "%s failed for %s (%s): %s answers", name, state["user_id"], exc, fallback
+            )
+            if is_live(config):
+                get_stream_writer()({"tools": []})  # what it wrote is not the answer
+            try:
+                answer = await self._call(fallback, capped, messages, state, config)
+            except Exception as again:
+                raise ModelFailure(f"fallback failed: {type(again).__name__}: {again}") from again
+            taken = {"model": fallback, "fallback": True}
         if not isinstance(answer, AIMessage):
             raise ModelFailure(f"model returned {type(answer).__name__}")
         if interrupted(answer):
-            return {"messages": [answer]}
+            return {"messages": [answer], **taken}
         if capped and (answer.tool_calls or not reply_text(answer)):
             text = reply_text(answer) or _cap_fallback(state.get("language"))
             answer = AIMessage(text, id=answer.id, usage_metadata=answer.usage_metadata)
@@ -237,7 +293,32 @@ class Nodes:
             "messages": [answer],
             "tool_rounds": rounds + (1 if answer.tool_calls else 0),
             "usage": usage,
+            **taken,
         }
+
+    def _model_name(self, state: ConversationState, config: RunnableConfig) -> str:
+        """Return the model of this call: a replay's choice (`configurable.model`), else
+        the turn's, else LLM_MODEL."""
+        chosen = (config.get("configurable") or {}).get("model")
+        return str(chosen or state.get("model") or self.deps.settings.llm_model)
+
+    async def _call(
+        self,
+        name: str,
+        capped: bool,
+        messages: list[BaseMessage],
+        state: ConversationState,
+        config: RunnableConfig,
+    ) -> Any:
+        """Call the chat model `name` (with the tools unless capped), streaming if live."""
+        model: Any = self.deps.chat_model_named(name)
+        if not capped and self.tools:
+            if name not in self._with_tools:
+                self._with_tools[name] = model.bind_tools(self.tools)
+            model = self._with_tools[name]
+        if is_live(config):
+            return await self._stream(model, messages, state)
+        return await model.ainvoke(messages)
 
     async def _stream(
         self, model: Any, messages: Sequence[BaseMessage], state: ConversationState
@@ -369,8 +450,19 @@ class Nodes:
             return {"reply": shown, "stored_count": 1, "reply_stored": False}
         return {"reply": shown, "stored_count": stored, "reply_stored": True}
 
+    async def _within_budget(self, state: ConversationState, work: str) -> bool:
+        """Tell whether the owner's token budget lets the work after the reply call
+        models; if not, it waits (nothing marked: a later turn does it)."""
+        budget = self.deps.budget
+        if budget is None or await budget.allows(state["user_id"]):
+            return True
+        logger.info("%s of %s waits: over the token budget", work, state["user_id"])
+        return False
+
     async def extract_facts(self, state: ConversationState) -> dict[str, Any]:
         """Extract facts from the messages not extracted yet; a failure loses nothing."""
+        if not await self._within_budget(state, "fact extraction"):
+            return {"facts_learned": 0}
         try:
             stored = await extract_pending(
                 self.deps, state["user_id"], uuid.UUID(state["conversation_id"])
@@ -382,6 +474,8 @@ class Nodes:
 
     async def summarize(self, state: ConversationState) -> dict[str, Any]:
         """Fold overflow into the running summary; a failure is logged and loses nothing."""
+        if not await self._within_budget(state, "summary"):
+            return {"summarized": 0}
         try:
             folded = await summarize_overflow(
                 self.deps, uuid.UUID(state["conversation_id"]), reserve=self.tool_tokens

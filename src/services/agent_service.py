@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -18,11 +19,15 @@ from psycopg_pool import PoolTimeout
 from src.graph.conversation_state import turn_input
 from src.graph.deps import GraphDeps
 from src.graph.frs.compress import build_compress_graph, run_compression
+from src.graph.model_calls import turn_metadata
 from src.graph.nodes import ModelFailure, window_size
 from src.graph.timestamps import stamp
 from src.services.embedding_worker import EmbeddingWorker
+from src.services.media import MediaTurn
 from src.services.texts import t
 from src.services.turn_lock import TurnLocks
+from src.services.usage import Usage
+from src.storage.checkpointer import PooledPostgresSaver
 from src.storage.delivery_repo import Delivery
 
 logger = logging.getLogger(__name__)
@@ -38,6 +43,8 @@ class Identity:
     username: str | None = None
     first_name: str | None = None
     language_code: str | None = None
+    sender_id: int | None = None
+    """Who wrote the message (in groups not the owner): an admin spends without budget."""
 
 
 @dataclass
@@ -128,8 +135,11 @@ class AgentService:
         checkpointer: Any = None,
         compactor: Any = None,
         embeddings: EmbeddingWorker | None = None,
+        usage: Usage | None = None,
     ) -> None:
         self.deps = deps
+        self.usage = usage
+        """Usage accounting: every model call recorded, budgets. None: neither."""
         self.settings = deps.settings
         self.graph = graph
         self.checkpointer = checkpointer
@@ -154,6 +164,7 @@ class AgentService:
         text: str,
         delivery: Delivery | None = None,
         stream: TurnStream | None = None,
+        media: MediaTurn | None = None,
     ) -> TurnResult:
         """Store the user's message, run the graph, and return the reply.
 
@@ -161,18 +172,21 @@ class AgentService:
         linked to the update and the reply is stored in the outbox in the reply's own
         transaction; the same update run again (its worker died) reuses the stored
         message instead of storing it twice. With a `stream`, the turn is watched live.
+        With `media` (voice, photos, documents: `text` is then read from them), the
+        message's meta says what it held, its photos go to the model, and an album's
+        other updates are marked answered with it.
 
         The reply is returned as soon as it is stored; the memory work after it (facts,
         summary) goes on in the background under the owner's turn lock, and gives way:
         the owner's next turn or command cancels it after a short grace (GIVE_WAY_AFTER),
         and a later turn redoes it.
         """
-        refusal = self.check_input(text, identity.language_code)
+        refusal = None if media is not None else self.check_input(text, identity.language_code)
         if refusal is not None:
             return TurnResult(refusal, ok=False, stored=False)
         loop = asyncio.get_running_loop()
         result: asyncio.Future[TurnResult] = loop.create_future()
-        task = asyncio.create_task(self._run_turn(identity, text, result, delivery, stream))
+        task = asyncio.create_task(self._run_turn(identity, text, result, delivery, stream, media))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         return await asyncio.shield(result)
@@ -184,6 +198,7 @@ class AgentService:
         result: asyncio.Future[TurnResult],
         delivery: Delivery | None = None,
         stream: TurnStream | None = None,
+        media: MediaTurn | None = None,
     ) -> None:
         started = time.perf_counter()
         lang = identity.language_code
@@ -192,10 +207,13 @@ class AgentService:
             # The lock comes first: turns start in arrival order, and awaiting anything
             # before it would let two quick messages of one owner swap places.
             async with self.locks.hold(identity.owner_id):
-                await self.deps.users.get_or_create(
+                user = await self.deps.users.get_or_create(
                     identity.owner_id, identity.username, identity.first_name, lang
                 )
-                await self._turn_locked(identity, text, result, started, progress, delivery, stream)
+                model = self.model_of(user)
+                await self._turn_locked(
+                    identity, text, result, started, progress, delivery, stream, media, model
+                )
         except DB_ERRORS:
             logger.error("database unavailable for a turn of %s", identity.owner_id, exc_info=True)
             if not result.done():
@@ -226,6 +244,8 @@ class AgentService:
         progress: dict[str, bool],
         delivery: Delivery | None = None,
         stream: TurnStream | None = None,
+        media: MediaTurn | None = None,
+        model: str = "",
     ) -> None:
         deps, lang = self.deps, identity.language_code
         now = deps.clock()
@@ -235,13 +255,15 @@ class AgentService:
             conversation_id = uuid.UUID(str(conversation["id"]))
             row = await self._stored_before(delivery, conversation_id, conn)
             if row is None:
-                async with conn.transaction():
-                    row = await deps.conversations.append_message(
-                        conversation_id, "user", stamp(text, now, self.settings), conn=conn
-                    )
-                    if delivery is not None:
-                        await deps.delivery.record_message(delivery.update_id, row["id"], conn)
+                row = await self._store(conversation_id, text, now, delivery, media, conn)
         progress["stored"] = True
+        refusal = await self.budget_refusal(identity)
+        if refusal is not None:
+            # Stored, and in the window (seed 000's counter); no model is called, and
+            # the session is not compacted now: a later turn or job does it.
+            await deps.users.advance_active_messages_count(identity.owner_id, 1)
+            result.set_result(TurnResult(refusal, conversation_id=str(conversation_id)))
+            return
         if self.compactor is not None and session_over(
             conversation, now, self.settings.session_idle_minutes
         ):
@@ -250,30 +272,50 @@ class AgentService:
             await self.compactor.end_session(
                 identity.owner_id, conversation_id, until=conversation["last_message_at"]
             )
-        state = turn_input(identity.owner_id, str(conversation_id), row, lang)
+        state = turn_input(identity.owner_id, str(conversation_id), row, lang, model)
         configurable: dict[str, Any] = {"thread_id": str(conversation_id)}
         if delivery is not None:
             configurable["delivery"] = delivery.as_config()
         if stream is not None:
             configurable["live"] = True
             deps.stops[identity.owner_id] = stream.stop
-        config = {"configurable": configurable, "run_name": "turn"}
+        if media is not None and media.images:
+            configurable["images"] = media.images
+        config: dict[str, Any] = {
+            "configurable": configurable,
+            "run_name": "turn",
+            "metadata": turn_metadata(identity.owner_id, conversation_id),
+        }
+        if self.usage is not None:
+            # Every model the turn calls is recorded, however it was made.
+            config["callbacks"] = [self.usage.recorder]
         outcome = TurnResult("", conversation_id=str(conversation_id))
+        saver = self.graph.checkpointer
+        thread_id = str(conversation_id)
+        # The turn's checkpoints are written after its reply (see PooledPostgresSaver).
+        deferred = (
+            saver.deferred(thread_id)
+            if isinstance(saver, PooledPostgresSaver)
+            else contextlib.nullcontext()
+        )
         try:
-            async for mode, chunk in self.graph.astream(
-                state, config, stream_mode=["updates", "custom"]
-            ):
-                if mode == "custom":
-                    self._relay(stream, chunk)
-                    continue
-                for node, values in chunk.items():
-                    self._collect(outcome, node, values or {})
-                    if node == "save_response":
-                        outcome.ms = (time.perf_counter() - started) * 1000
-                        result.set_result(outcome)
-                        # What is left (facts, summary) marks messages only with its
-                        # result: the owner's next turn may cancel it and redo it later.
-                        self.locks.give_way(identity.owner_id)
+            async with deferred:
+                async for mode, chunk in self.graph.astream(
+                    state, config, stream_mode=["updates", "custom"]
+                ):
+                    if mode == "custom":
+                        self._relay(stream, chunk)
+                        continue
+                    for node, values in chunk.items():
+                        self._collect(outcome, node, values or {})
+                        if node == "save_response":
+                            outcome.ms = (time.perf_counter() - started) * 1000
+                            result.set_result(outcome)
+                            # What is left (facts, summary) marks messages only with its
+                            # result: the owner's next turn may cancel it and redo it.
+                            self.locks.give_way(identity.owner_id)
+                            if isinstance(saver, PooledPostgresSaver):
+                                await saver.flush(thread_id)  # the reply's record, now
         except ModelFailure as exc:
             logger.warning("model failure in a turn of %s: %s", identity.owner_id, exc)
             if not result.done():
@@ -299,6 +341,66 @@ class AgentService:
             outcome.ms,
         )
 
+    async def budget_refusal(self, identity: Identity) -> str | None:
+        """Return the sentence for an owner over their token budget (when it resets, in
+        TIMEZONE), or None when they may call models (admins always may)."""
+        if self.usage is None:
+            return None
+        resets = await self.usage.budget.resets_at(identity.owner_id, identity.sender_id)
+        if resets is None:
+            return None
+        local = resets.astimezone(self.settings.zone)
+        logger.info("user %s is over the token budget until %s", identity.owner_id, local)
+        return t("over_budget", identity.language_code, when=f"{local:%Y-%m-%d %H:%M}")
+
+    async def _store(
+        self,
+        conversation_id: uuid.UUID,
+        text: str,
+        now: datetime,
+        delivery: Delivery | None,
+        media: MediaTurn | None,
+        conn: Any,
+    ) -> dict[str, Any]:
+        """Store the user's message, linked to its update (and its album's others)."""
+        async with conn.transaction():
+            row = await self.deps.conversations.append_message(
+                conversation_id,
+                "user",
+                stamp(text, now, self.settings),
+                meta=media.meta if media is not None and media.kinds else None,
+                conn=conn,
+            )
+            if delivery is not None:
+                await self.deps.delivery.record_message(delivery.update_id, row["id"], conn)
+                if media is not None:
+                    await self.deps.delivery.consume(media.siblings, row["id"], conn)
+        return row
+
+    def model_of(self, user: dict[str, Any] | None) -> str:
+        """Return the model that answers the owner: their /model choice while it is still
+        offered, else LLM_MODEL."""
+        chosen = (user or {}).get("model")
+        return chosen if chosen in self.settings.choices else self.settings.llm_model
+
+    async def current_model(self, identity: Identity) -> str:
+        """Return the model that answers the owner now."""
+        return self.model_of(await self.deps.users.get(identity.owner_id))
+
+    async def set_model(self, identity: Identity, name: str) -> bool:
+        """Make `name` (one of the offered models) answer the owner from the next turn;
+        return False when it is not offered."""
+        if name not in self.settings.choices:
+            return False
+        deps = self.deps
+        await deps.users.get_or_create(
+            identity.owner_id, identity.username, identity.first_name, identity.language_code
+        )
+        await deps.users.set_model(
+            identity.owner_id, None if name == self.settings.llm_model else name
+        )
+        return True
+
     async def _stored_before(
         self, delivery: Delivery | None, conversation_id: uuid.UUID, conn: Any
     ) -> dict[str, Any] | None:
@@ -313,19 +415,28 @@ class AgentService:
             logger.info("update %s runs again on its stored message", delivery.update_id)
         return row
 
-    async def remember(self, identity: Identity, text: str) -> None:
-        """Store a user's message without answering it (it waited too long for a turn)."""
+    async def remember(
+        self,
+        identity: Identity,
+        text: str,
+        delivery: Delivery | None = None,
+        media: MediaTurn | None = None,
+    ) -> None:
+        """Store a user's message without answering it: it waited too long for a turn,
+        or it brought documents to ask about later. An update stored before (its worker
+        died) is not stored twice."""
         deps = self.deps
         await deps.users.get_or_create(
             identity.owner_id, identity.username, identity.first_name, identity.language_code
         )
         async with self.locks.hold(identity.owner_id):
-            conversation = await deps.conversations.current(identity.owner_id)
-            await deps.conversations.append_message(
-                uuid.UUID(str(conversation["id"])),
-                "user",
-                stamp(text, deps.clock(), self.settings),
-            )
+            async with deps.conversations.pool.connection() as conn:
+                conversation = await deps.conversations.current(identity.owner_id, conn=conn)
+                conversation_id = uuid.UUID(str(conversation["id"]))
+                if await self._stored_before(delivery, conversation_id, conn) is None:
+                    await self._store(conversation_id, text, deps.clock(), delivery, media, conn)
+        if self.embeddings is not None:
+            self.embeddings.kick()
 
     @staticmethod
     def _relay(stream: TurnStream | None, event: Any) -> None:
@@ -355,6 +466,8 @@ class AgentService:
             await asyncio.gather(*list(self._background), return_exceptions=True)
         if self.compactor is not None:
             await self.compactor.drain()
+        if self.usage is not None:
+            await self.usage.recorder.drain()
 
     # --- commands ----------------------------------------------------------------
 
@@ -461,21 +574,28 @@ class AgentService:
     async def _idle_conversations(
         self, now: datetime, limit: int, admits: Callable[[int], bool] | None
     ) -> list[dict[str, Any]]:
-        """Return up to `limit` idle conversations of admitted owners, oldest first.
+        """Return up to `limit` idle conversations of admitted owners within their token
+        budget, oldest first.
 
-        Refused owners' conversations stay idle forever: paging past them keeps them
-        from filling every batch.
+        Refused owners' conversations stay idle forever, and over-budget ones until their
+        budget resets: paging past them keeps them from filling every batch.
         """
         cutoff = now - timedelta(minutes=self.settings.session_idle_minutes)
         found: list[dict[str, Any]] = []
         after: dict[str, Any] | None = None
         while len(found) < limit:
             page = await self.deps.memory.idle_conversations(cutoff, limit, after=after)
-            found += [r for r in page if admits is None or admits(r["telegram_user_id"])]
+            found += [r for r in page if await self._may_end(r["telegram_user_id"], admits)]
             if len(page) < limit:
                 break
             after = page[-1]
         return found[:limit]
+
+    async def _may_end(self, owner: int, admits: Callable[[int], bool] | None) -> bool:
+        """Tell whether an idle session of `owner` may be ended (compacted) now."""
+        if admits is not None and not admits(owner):
+            return False
+        return self.compactor is None or await self.compactor.allows(owner)
 
     @functools.cached_property
     def compress_graph(self) -> Any:
@@ -494,6 +614,9 @@ class AgentService:
             await deps.users.get_or_create(
                 identity.owner_id, identity.username, identity.first_name, identity.language_code
             )
+            refusal = await self.budget_refusal(identity)
+            if refusal is not None:
+                return CompressResult(reply=refusal)
             async with self.locks.hold(identity.owner_id):
                 conversation_id = await deps.conversations.get_or_create_conversation(
                     identity.owner_id

@@ -35,6 +35,7 @@ from src.graph.context.render import transcript_line
 from src.graph.deps import GraphDeps
 from src.graph.memory.facts import WIPE_READ_LIMIT, Batch, extract_batch, read_pending
 from src.graph.memory.structured import load_json, object_schema
+from src.graph.model_calls import call_config
 from src.graph.output_caps import COMPACT_TOKENS, with_output_cap
 from src.graph.timestamps import strip_stamp
 
@@ -185,7 +186,8 @@ class Compactor:
         messages = [SystemMessage(prompts.COMPACT_SYSTEM), HumanMessage(prompt)]
         try:
             model = with_output_cap(self.model, COMPACT_TOKENS)
-            data, raw = await self.deps.json_answers.ask(model, messages, COMPACT_SCHEMA)
+            config = call_config("compact", session.owner_id, session.conversation_id)
+            data, raw = await self.deps.json_answers.ask(model, messages, COMPACT_SCHEMA, config)
             compact = parse_compact(raw, data)
         except Exception as exc:
             logger.warning(
@@ -233,6 +235,9 @@ class Compactor:
         the models work for at most `wait_seconds`: a compact the model has not written
         by then is stored as plain text at once and replaced when the model answers, and
         fact extraction goes on in the background. Never raises for a model's failure.
+
+        An owner over their token budget gets the plain-text compact and no model call;
+        the session's facts stay pending (extracted later, unless /new wipes them first).
         """
         try:
             conv = await self.deps.conversations.get_conversation(conversation_id)
@@ -244,6 +249,15 @@ class Compactor:
         except Exception:
             logger.error("ending the session of %s: reading failed", conversation_id, exc_info=True)
             return None
+        if not await self.allows(owner_id):
+            logger.info("session of %s ends without models: over the token budget", owner_id)
+            row = None
+            if session is not None:
+                fallback = fallback_compact(session.rows, session.summary)
+                row = await self._save(session, fallback, replace=True)
+            if until is not None:
+                await self.deps.memory.mark_session_ended(conversation_id, until)
+            return row
         waiting = [self._spawn(self._extract_logged(pending))]
         compacting = self._spawn(self._store_logged(session)) if session else None
         if compacting is not None:
@@ -275,10 +289,15 @@ class Compactor:
         except Exception:
             logger.error("reading pending facts of %s failed", conversation_id, exc_info=True)
             return
-        if pending:
+        if pending and await self.allows(owner_id):
             await asyncio.wait(
                 [self._spawn(self._extract_logged(pending))], timeout=self.wait_seconds
             )
+
+    async def allows(self, owner_id: int) -> bool:
+        """Tell whether the owner's token budget lets their session end call models."""
+        budget = self.deps.budget
+        return budget is None or await budget.allows(owner_id)
 
     def _spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.create_task(work)

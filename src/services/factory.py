@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import contextlib
+import functools
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
-from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg_pool import AsyncConnectionPool
 
 from src.config import Settings
 from src.embeddings import make_embedder
-from src.graph.deps import GraphDeps
+from src.graph.deps import GraphDeps, utc_now
 from src.graph.main_graph import build_graph
 from src.graph.memory.structured import JsonAnswers
 from src.graph.tokens import make_counter
@@ -25,6 +26,8 @@ from src.services.llm_service import (
     make_summary_model,
     model_configured,
 )
+from src.services.usage import Usage, recorded
+from src.storage.checkpointer import PooledPostgresSaver
 from src.storage.conversation_repo import ConversationRepository
 from src.storage.embedding_repo import EmbeddingRepository
 from src.storage.memory_repo import MemoryRepository
@@ -32,19 +35,6 @@ from src.storage.migrations import migrate
 from src.storage.pg_client import open_pool_from_settings
 from src.storage.search_repo import SearchRepository
 from src.storage.users_repo import UsersRepository
-
-
-class PooledPostgresSaver(AsyncPostgresSaver):
-    """AsyncPostgresSaver without its process-wide lock.
-
-    The saver serializes every checkpoint read and write behind one asyncio lock, which
-    only a single shared connection needs; over a pool each call takes a connection of
-    its own, so concurrent conversations need not queue behind each other.
-    """
-
-    def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
-        super().__init__(pool)
-        self.lock = contextlib.nullcontext()  # type: ignore[assignment]
 
 
 @dataclass
@@ -77,18 +67,33 @@ def make_deps(
     pool: AsyncConnectionPool[Any],
     chat_model: BaseChatModel | None = None,
     summary_model: BaseChatModel | None = None,
+    usage: Usage | None = None,
 ) -> GraphDeps:
-    """Build the graph's dependencies over an open pool."""
+    """Build the graph's dependencies over an open pool; with `usage`, every model call
+    is recorded (models given are recorded too) and budgets hold."""
+    callbacks: list[BaseCallbackHandler] | None = None
+    if usage is not None:
+        callbacks = [usage.recorder]
+        chat_model = recorded(chat_model, usage.recorder)
+        summary_model = recorded(summary_model, usage.recorder)
     return GraphDeps(
         settings=settings,
         conversations=ConversationRepository(pool, settings.max_storage),
         users=UsersRepository(pool),
         memory=MemoryRepository(pool),
         search=SearchRepository(pool, settings.search_semantic_weight),
-        embedder=make_embedder(settings),
-        chat_model=chat_model or make_chat_model(settings),
-        summary_model=summary_model or make_summary_model(settings),
-        counter=make_counter(settings.llm_model, settings.token_counter),
+        embedder=make_embedder(settings, usage.recorder if usage is not None else None),
+        chat_model=chat_model or make_chat_model(settings, callbacks=callbacks),
+        summary_model=summary_model or make_summary_model(settings, callbacks),
+        models=None
+        if chat_model
+        else functools.cache(partial(make_chat_model, settings, callbacks=callbacks)),
+        budget=usage.budget if usage is not None else None,
+        counter=(
+            usage.recorder.counter
+            if usage is not None
+            else make_counter(settings.llm_model, settings.token_counter)
+        ),
         json_answers=JsonAnswers(enabled=settings.structured_output != "off"),
     )
 
@@ -107,10 +112,14 @@ async def build_runtime(
         await migrate(pool)
         checkpointer = PooledPostgresSaver(pool)
         await checkpointer.setup()
-        deps = make_deps(settings, pool, chat_model, summary_model)
+        counter = make_counter(settings.llm_model, settings.token_counter)
+        usage = Usage.over(pool, settings, counter, utc_now)
+        deps = make_deps(settings, pool, chat_model, summary_model, usage)
         graph = build_graph(deps, checkpointer=checkpointer)
         compact_model = (
-            make_compact_model(settings) if model_configured(settings) else deps.summary_model
+            make_compact_model(settings, [usage.recorder])
+            if model_configured(settings)
+            else deps.summary_model
         )
         compactor = Compactor(deps, compact_model)
         embeddings = None
@@ -118,7 +127,12 @@ async def build_runtime(
             repo = EmbeddingRepository(pool)
             embeddings = EmbeddingWorker(repo, deps.embedder, settings.embedding_batch)
         service = AgentService(
-            deps, graph, checkpointer=checkpointer, compactor=compactor, embeddings=embeddings
+            deps,
+            graph,
+            checkpointer=checkpointer,
+            compactor=compactor,
+            embeddings=embeddings,
+            usage=usage,
         )
     except BaseException:
         if owns_pool:

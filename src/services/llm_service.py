@@ -4,19 +4,32 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import LanguageModelInput
 from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
 from src.config import ConfigError, Settings
 
+# Request fields handed to the OpenAI client as they are (see CompatibleChatOpenAI).
+READY_FIELDS = ("messages", "tools")
+
 
 class CompatibleChatOpenAI(ChatOpenAI):
-    """ChatOpenAI that sends its output cap under the name the endpoint honours.
+    """ChatOpenAI that sends its output cap under the name the endpoint honours, and
+    its messages and tools as the plain JSON they already are.
 
     langchain-openai's ChatOpenAI always sends the cap (`max_tokens`, its alias
     `max_completion_tokens`, or either as a call argument) as `max_completion_tokens`,
     which llama.cpp's server and other OpenAI-compatible servers ignore.
+
+    The OpenAI client walks every argument of `create` against its typed signature
+    before sending it: for a turn's 40 messages and the tools' schemas, about a third of
+    the process's CPU per turn. ChatOpenAI has already made them plain JSON-ready dicts,
+    so they go in `extra_body` (the client's documented way to send fields as they are,
+    which replace the arguments of the same name) and `create` gets empty ones. A
+    structured-output request (`response_format`) keeps them: the client's parsing
+    reads its tools.
     """
 
     token_limit_param: Literal["max_tokens", "max_completion_tokens"] = "max_completion_tokens"
@@ -28,6 +41,11 @@ class CompatibleChatOpenAI(ChatOpenAI):
         payload = super()._get_request_payload(input_, stop=stop, **kwargs)
         if self.token_limit_param == "max_tokens" and "max_completion_tokens" in payload:
             payload["max_tokens"] = payload.pop("max_completion_tokens")
+        if "response_format" not in payload and "messages" in payload:
+            ready = {k: payload[k] for k in READY_FIELDS if k in payload}
+            payload["extra_body"] = {**(payload.get("extra_body") or {}), **ready}
+            payload["messages"] = []
+            payload.pop("tools", None)
         return payload
 
 
@@ -37,12 +55,15 @@ def model_configured(settings: Settings) -> bool:
 
 
 def make_chat_model(
-    settings: Settings, model: str | None = None, temperature: float | None = None
+    settings: Settings,
+    model: str | None = None,
+    temperature: float | None = None,
+    callbacks: list[BaseCallbackHandler] | None = None,
 ) -> ChatOpenAI:
     """Return a ChatOpenAI for `model` (default LLM_MODEL) on the configured endpoint.
 
     Its replies are capped at LLM_MAX_OUTPUT_TOKENS; the memory models' calls set their
-    own caps (src/graph/output_caps.py).
+    own caps (src/graph/output_caps.py). `callbacks` see every call (the usage recorder).
     """
     if not model_configured(settings):
         raise ConfigError(
@@ -60,14 +81,19 @@ def make_chat_model(
         max_completion_tokens=settings.llm_max_output_tokens,
         token_limit_param=settings.token_limit_param,
         temperature=settings.llm_temperature if temperature is None else temperature,
+        callbacks=callbacks,
     )
 
 
-def make_summary_model(settings: Settings) -> ChatOpenAI:
+def make_summary_model(
+    settings: Settings, callbacks: list[BaseCallbackHandler] | None = None
+) -> ChatOpenAI:
     """Return the (cheaper) model that writes summaries and extracts facts."""
-    return make_chat_model(settings, settings.effective_summary_model, temperature=0)
+    return make_chat_model(settings, settings.effective_summary_model, 0, callbacks)
 
 
-def make_compact_model(settings: Settings) -> ChatOpenAI:
+def make_compact_model(
+    settings: Settings, callbacks: list[BaseCallbackHandler] | None = None
+) -> ChatOpenAI:
     """Return the cheap model that compacts finished sessions (seed 001)."""
-    return make_chat_model(settings, settings.effective_compact_model, temperature=0)
+    return make_chat_model(settings, settings.effective_compact_model, 0, callbacks)

@@ -24,6 +24,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from src.graph.context.render import reply_text, transcript_line
 from src.graph.context.sections import fact_line
 from src.graph.deps import GraphDeps
+from src.graph.model_calls import call_config
 from src.graph.nodes import window_size
 from src.graph.output_caps import REMINDER_TOKENS, was_cut, with_output_cap
 from src.lang import lang_of
@@ -73,6 +74,7 @@ class ReminderStats:
     turned_off: int = 0  # unreachable: reminders turned off
     skipped: int = 0  # groups, and users who wrote or muted meanwhile
     refused: int = 0  # users the allowlist no longer admits
+    over_budget: int = 0  # over their token budget: due again when it resets
     failed: int = 0
 
 
@@ -100,8 +102,9 @@ class ReminderService:
         """Remind every user who is due now and `admits` lets in; return what happened."""
         now = self.deps.clock()
         silent_since = now - timedelta(hours=self.settings.remind_after_hours)
-        users = await self.deps.users.due_reminders(silent_since, self.batch)
-        stats = ReminderStats(due=len(users))
+        stats = ReminderStats()
+        users = await self._due(silent_since, stats)
+        stats.due = len(users) + stats.over_budget
         gate = asyncio.Semaphore(self.concurrency)
 
         async def one(user: dict[str, Any]) -> None:
@@ -119,16 +122,37 @@ class ReminderService:
         await asyncio.gather(*(one(user) for user in users))
         if users:
             logger.info(
-                "reminders due=%d sent=%d templates=%d off=%d skipped=%d refused=%d failed=%d",
+                "reminders due=%d sent=%d templates=%d off=%d skipped=%d refused=%d "
+                "over_budget=%d failed=%d",
                 stats.due,
                 stats.sent,
                 stats.templates,
                 stats.turned_off,
                 stats.skipped,
                 stats.refused,
+                stats.over_budget,
                 stats.failed,
             )
         return stats
+
+    async def _due(self, silent_since: Any, stats: ReminderStats) -> list[dict[str, Any]]:
+        """Return up to a batch of due users within their token budget, counting the others
+        in `stats`: paging past them keeps them from filling every batch until it resets."""
+        deps = self.deps
+        found: list[dict[str, Any]] = []
+        after: dict[str, Any] | None = None
+        while len(found) < self.batch:
+            page = await deps.users.due_reminders(silent_since, self.batch, after=after)
+            for user in page:
+                owner = int(user["telegram_user_id"])
+                if owner > 0 and deps.budget is not None and not await deps.budget.allows(owner):
+                    stats.over_budget += 1  # not marked: reminded once the budget allows
+                else:
+                    found.append(user)
+            if len(page) < self.batch:
+                break
+            after = page[-1]
+        return found[: self.batch]
 
     async def remind(self, user: dict[str, Any], send: Send, silent_since: Any) -> str:
         """Remind one user; return the ReminderStats field to count it under."""
@@ -137,6 +161,8 @@ class ReminderService:
             # A group chat: reminding a whole group of itself would be noise.
             await deps.users.mark_reminded(owner, deps.clock())
             return "skipped"
+        if deps.budget is not None and not await deps.budget.allows(owner):
+            return "over_budget"  # not marked: reminded once the budget allows
         conversation_id = await deps.conversations.get_or_create_conversation(owner)
         text, from_model = await self.compose(user, conversation_id)
         async with self.locks.hold(owner):
@@ -186,8 +212,9 @@ class ReminderService:
         try:
             messages = await self._prompt(user, conversation_id)
             model = with_output_cap(self.model, REMINDER_TOKENS)
+            config = call_config("reminder", int(user["telegram_user_id"]), conversation_id)
             answer = await asyncio.wait_for(
-                model.ainvoke(messages), timeout=self.settings.llm_timeout
+                model.ainvoke(messages, config), timeout=self.settings.llm_timeout
             )
             text = reply_text(answer).strip().strip('"«»').strip()
             # A reminder cut mid-sentence by the cap is not sent: the template is better.

@@ -11,13 +11,16 @@ TEXTS: dict[str, dict[str, str]] = {
             "и прошлые беседы. Просто напишите сообщение. /help — список команд."
         ),
         "help": (
-            "Я отвечаю на сообщения и помню контекст.\n"
+            "Я отвечаю на сообщения и помню контекст. Понимаю голосовые, фото "
+            "и документы (PDF, DOCX, TXT, MD, CSV).\n"
             "/new — начать новый разговор (текущий будет стёрт)\n"
             "/forget — начать с чистого листа, сохранив историю\n"
             "/mute — включить или выключить напоминания\n"
             "/memory — что я о вас помню; /memory clear — забыть факты и прошлые беседы\n"
             "/compress — сжать старую часть разговора\n"
             "/stop — остановить ответ, который я сейчас пишу\n"
+            "/model — выбрать модель, которая отвечает\n"
+            "/usage — сколько токенов я потратил на вас; /usage all — все (администраторам)\n"
             "/help — эта справка\n"
             "В группе /new, /forget, /memory clear и /compress — только для её администраторов."
         ),
@@ -39,8 +42,31 @@ TEXTS: dict[str, dict[str, str]] = {
         "empty_message": "Сообщение пустое — напишите что-нибудь.",
         "too_long": "Сообщение слишком длинное ({size} символов, максимум {limit}). "
         "Сократите его или разбейте на части.",
-        "not_text": "Пока я понимаю только текст. Опишите словами, что нужно, "
-        "или добавьте подпись.",
+        "not_text": "Я понимаю текст, голосовые, фото и документы (PDF, DOCX, TXT, MD, CSV). "
+        "Такое сообщение я прочитать не могу — опишите словами, что нужно.",
+        "heard": "🎤 «{text}»",
+        "voice_off": "Голосовые здесь не распознаются — напишите, пожалуйста, текстом.",
+        "voice_failed": "Не получилось распознать голосовое. Попробуйте ещё раз "
+        "или напишите текстом.",
+        "voice_silent": "В голосовом не слышно слов — запишите ещё раз или напишите текстом.",
+        "voice_too_long": "Голосовое слишком длинное ({minutes} мин., максимум {limit} мин.). "
+        "Разбейте его на части или напишите текстом.",
+        "photo_unseen": "Картинки я не вижу. Напишите в подписи или сообщением, что на ней "
+        "и что нужно сделать.",
+        "photo_broken": "Не получилось открыть фото — пришлите его ещё раз.",
+        "photo_refused": "Эта модель не принимает изображения, так что фото я не вижу; "
+        "отвечаю по подписи.",
+        "file_too_big": "Файл «{name}» слишком большой ({size} МБ, максимум {limit} МБ).",
+        "document_unsupported": "Файлы такого типа («{name}») я не читаю: "
+        "только PDF, DOCX, TXT, MD и CSV.",
+        "document_broken": "Не получилось прочитать «{name}»: файл повреждён.",
+        "download_failed": "Не получилось скачать «{name}» из Telegram — пришлите ещё раз.",
+        "document_encrypted": "«{name}» защищён паролем — пришлите версию без пароля.",
+        "document_empty": "В «{name}» нет текста, который можно извлечь (скан или картинки?).",
+        "document_too_big": "«{name}» слишком велик после распаковки — я его не открываю.",
+        "document_pages": "«{name}» ({pages} стр., ~{words} слов)",
+        "document_words": "«{name}» (~{words} слов)",
+        "documents_read": "📄 Прочитал {files}. Спрашивайте, что нужно с ним сделать.",
         "not_allowed": "Извините, этот бот доступен только ограниченному кругу пользователей.",
         "rate_limited": "Слишком много сообщений подряд. Подождите минуту и продолжите.",
         "waited_too_long": (
@@ -58,6 +84,11 @@ TEXTS: dict[str, dict[str, str]] = {
         "cmd_memory": "что я помню; /memory clear — забыть факты и беседы",
         "cmd_compress": "сжать старую часть разговора",
         "cmd_stop": "остановить ответ, который я пишу",
+        "cmd_model": "выбрать модель, которая отвечает",
+        "model_list": "Сейчас отвечает {model}. Выберите модель:",
+        "model_set": "Готово: дальше отвечает {model}.",
+        "model_unknown": "Такой модели здесь нет. Доступны: {choices}.",
+        "model_only": "Здесь доступна только одна модель: {model}.",
         "stop_button": "⏹ Стоп",
         "stopped": "Остановлено.",
         "nothing_to_stop": "Сейчас я ничего не пишу: останавливать нечего.",
@@ -107,6 +138,22 @@ TEXTS: dict[str, dict[str, str]] = {
         "без потери важного.",
         "compress_failed": "Не получилось сжать разговор. Ничего не потеряно — "
         "попробуйте чуть позже.",
+        "over_budget": "Лимит токенов исчерпан, поэтому я не отвечаю. Сообщение сохранено; "
+        "лимит обновится {when}.",
+        "usage_title": "Токены (вход, из них из кэша, выход) и примерная стоимость:",
+        "usage_line": "{label}: {tokens} (вход {input}, кэш {cached}, выход {output}){cost}",
+        "usage_nothing": "{label}: ничего",
+        "usage_last_turn": "Последний ответ",
+        "usage_today": "Сегодня",
+        "usage_month": "Этот месяц",
+        "usage_no_price": " (цена модели не задана)",
+        "usage_limits": "Лимиты: {day} в день, {month} в месяц.",
+        "usage_unlimited": "без лимита",
+        "usage_top_today": "Больше всех токенов сегодня:",
+        "usage_top_month": "Больше всех токенов в этом месяце:",
+        "usage_top_none": "никто",
+        "usage_admins_only": "/usage all — только для администраторов бота.",
+        "cmd_usage": "сколько токенов потрачено и во что это обошлось",
     },
     "en": {
         "greeting": (
@@ -114,13 +161,16 @@ TEXTS: dict[str, dict[str, str]] = {
             "facts about you and our previous chats. Just send a message. /help lists commands."
         ),
         "help": (
-            "I answer messages and remember context.\n"
+            "I answer messages and remember context. I understand voice notes, photos "
+            "and documents (PDF, DOCX, TXT, MD, CSV).\n"
             "/new — start a new conversation (the current one is erased)\n"
             "/forget — start from a clean slate, keeping the history\n"
             "/mute — turn reminders off or on\n"
             "/memory — what I remember about you; /memory clear — forget facts and past chats\n"
             "/compress — compress the older part of the conversation\n"
             "/stop — stop the answer I am writing now\n"
+            "/model — pick the model that answers\n"
+            "/usage — the tokens I spent on you; /usage all — everyone's (for admins)\n"
             "/help — this help\n"
             "In a group, /new, /forget, /memory clear and /compress are for its administrators."
         ),
@@ -142,8 +192,31 @@ TEXTS: dict[str, dict[str, str]] = {
         "empty_message": "The message is empty — please write something.",
         "too_long": "The message is too long ({size} characters, at most {limit}). "
         "Please shorten it or split it.",
-        "not_text": "For now I only understand text. Describe what you need in words, "
-        "or add a caption.",
+        "not_text": "I understand text, voice notes, photos and documents (PDF, DOCX, TXT, "
+        "MD, CSV). I can't read this kind of message: please describe what you need in words.",
+        "heard": "🎤 “{text}”",
+        "voice_off": "Voice notes aren't transcribed here: please write your message.",
+        "voice_failed": "I couldn't transcribe the voice note. Please try again or write it.",
+        "voice_silent": "I couldn't hear any words in the voice note: please record it again "
+        "or write it.",
+        "voice_too_long": "The voice note is too long ({minutes} min, at most {limit} min). "
+        "Please split it or write it.",
+        "photo_unseen": "I can't see pictures. Tell me in a caption or a message what is on it "
+        "and what you need.",
+        "photo_broken": "I couldn't open the photo: please send it again.",
+        "photo_refused": "This model takes no images, so I can't see the photo; "
+        "I'm answering from the caption.",
+        "file_too_big": "“{name}” is too big ({size} MB, at most {limit} MB).",
+        "document_unsupported": "I can't read files like “{name}”: only PDF, DOCX, TXT, MD "
+        "and CSV.",
+        "document_broken": "I couldn't read “{name}”: the file is damaged.",
+        "download_failed": "I couldn't download “{name}” from Telegram: please send it again.",
+        "document_encrypted": "“{name}” is password-protected: please send it without a password.",
+        "document_empty": "“{name}” has no text I can extract (a scan, or only pictures?).",
+        "document_too_big": "“{name}” unpacks to too much data: I won't open it.",
+        "document_pages": "“{name}” ({pages} pages, ~{words} words)",
+        "document_words": "“{name}” (~{words} words)",
+        "documents_read": "📄 I've read {files}. Ask me what to do with it.",
         "not_allowed": "Sorry, this bot is available only to a limited set of users.",
         "rate_limited": "Too many messages in a row. Please wait a minute.",
         "waited_too_long": (
@@ -161,6 +234,11 @@ TEXTS: dict[str, dict[str, str]] = {
         "cmd_memory": "what I remember; /memory clear forgets facts and chats",
         "cmd_compress": "compress the older part of the conversation",
         "cmd_stop": "stop the answer I am writing",
+        "cmd_model": "pick the model that answers",
+        "model_list": "{model} answers now. Pick a model:",
+        "model_set": "Done: {model} answers from now on.",
+        "model_unknown": "There is no such model here. Available: {choices}.",
+        "model_only": "Only one model is available here: {model}.",
         "stop_button": "⏹ Stop",
         "stopped": "Stopped.",
         "nothing_to_stop": "I am not writing anything right now: there is nothing to stop.",
@@ -209,6 +287,22 @@ TEXTS: dict[str, dict[str, str]] = {
         "without losing something important.",
         "compress_failed": "Couldn't compress the conversation. Nothing was lost — "
         "please try again a bit later.",
+        "over_budget": "You have used up your token budget, so I am not answering. Your "
+        "message is saved; the budget resets at {when}.",
+        "usage_title": "Tokens (input, of it cached, output) and estimated cost:",
+        "usage_line": "{label}: {tokens} (input {input}, cached {cached}, output {output}){cost}",
+        "usage_nothing": "{label}: nothing",
+        "usage_last_turn": "Last answer",
+        "usage_today": "Today",
+        "usage_month": "This month",
+        "usage_no_price": " (no price set for the model)",
+        "usage_limits": "Budgets: {day} a day, {month} a month.",
+        "usage_unlimited": "unlimited",
+        "usage_top_today": "Most tokens today:",
+        "usage_top_month": "Most tokens this month:",
+        "usage_top_none": "nobody",
+        "usage_admins_only": "/usage all is for the bot's administrators.",
+        "cmd_usage": "tokens spent and what they cost",
     },
 }
 

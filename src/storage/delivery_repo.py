@@ -15,8 +15,8 @@ from src.storage.base import Conn, Repository, clean_text
 # leaves either both or neither. Jobs of one chat share a lock: procrastinate runs them
 # one at a time, in the order they were deferred, across every worker process.
 STORE_UPDATES = """
-INSERT INTO inbox (update_id, chat_id, payload)
-SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::text[])
+INSERT INTO inbox (update_id, chat_id, payload, media_group_id)
+SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::text[])
 ORDER BY 1
 ON CONFLICT (update_id) DO NOTHING
 RETURNING update_id, chat_id
@@ -33,6 +33,18 @@ INBOX_ROW = "SELECT * FROM inbox WHERE update_id = %s"
 MESSAGE_ID = "SELECT message_id FROM inbox WHERE update_id = %s"
 RECORD_MESSAGE = "UPDATE inbox SET message_id = %s WHERE update_id = %s"
 FINISH = "UPDATE inbox SET done_at = now() WHERE update_id = %s AND done_at IS NULL"
+# The other updates of an album not yet answered, and how long ago the newest arrived.
+ALBUM = """
+SELECT update_id, payload, extract(epoch FROM clock_timestamp() - received_at) AS age
+FROM inbox
+WHERE chat_id = %s AND media_group_id = %s AND done_at IS NULL AND update_id <> %s
+ORDER BY update_id
+"""
+# An album's other updates become part of its first one's stored message: done.
+CONSUME = """
+UPDATE inbox SET message_id = %s, done_at = now()
+WHERE update_id = ANY(%s) AND done_at IS NULL
+"""
 # A redelivery is refused by update_id for as long as the row is kept: Telegram keeps an
 # unacknowledged update for 24 hours, so two days is safely past any redelivery.
 PRUNE = """
@@ -117,6 +129,13 @@ class Reply:
         )
 
 
+def _media_group(payload: dict[str, Any]) -> str | None:
+    """Return the album (media group) an update's message belongs to, if any."""
+    message = payload.get("message")
+    group = message.get("media_group_id") if isinstance(message, dict) else None
+    return str(group) if group is not None else None
+
+
 class DeliveryRepository(Repository):
     """Inbox and outbox rows, keyed by Telegram's update_id."""
 
@@ -134,8 +153,9 @@ class DeliveryRepository(Repository):
         chats = [u[1] for u in updates]
         # json.dumps escapes every non-ASCII character: NUL and lone surrogates too.
         payloads = [json.dumps(u[2]) for u in updates]
+        albums = [_media_group(u[2]) for u in updates]
         async with self.pool.connection() as conn, conn.transaction():
-            cur = await conn.execute(STORE_UPDATES, (ids, chats, payloads))
+            cur = await conn.execute(STORE_UPDATES, (ids, chats, payloads, albums))
             new = sorted((r["update_id"], r["chat_id"]) for r in await cur.fetchall())
             if new:
                 locks = [f"chat:{chat}" if chat is not None else None for _, chat in new]
@@ -159,6 +179,21 @@ class DeliveryRepository(Repository):
     async def record_message(self, update_id: int, message_id: int, conn: Conn) -> None:
         """Remember which stored user message the update became (in its transaction)."""
         await conn.execute(RECORD_MESSAGE, (message_id, update_id))
+
+    async def album(
+        self, chat_id: int, media_group_id: str, update_id: int
+    ) -> list[tuple[int, dict[str, Any], float]]:
+        """Return the album's other unanswered updates: (update_id, payload, seconds since
+        it arrived), in order."""
+        async with self._conn() as conn:
+            cur = await conn.execute(ALBUM, (chat_id, media_group_id, update_id))
+            rows = await cur.fetchall()
+        return [(r["update_id"], json.loads(r["payload"]), float(r["age"])) for r in rows]
+
+    async def consume(self, update_ids: list[int], message_id: int, conn: Conn) -> None:
+        """Mark an album's other updates answered by the stored message (its transaction)."""
+        if update_ids:
+            await conn.execute(CONSUME, (message_id, update_ids))
 
     async def finish(self, update_id: int) -> None:
         """Mark the update processed."""

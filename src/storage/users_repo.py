@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from src.storage.base import Conn, Repository, clean_text
@@ -32,14 +32,18 @@ UPDATE users SET active_messages_count = 0, remind_of_yourself = '0'
 WHERE telegram_user_id = %s
 """
 SET_REMIND = "UPDATE users SET remind_of_yourself = %s WHERE telegram_user_id = %s"
+SET_MODEL = "UPDATE users SET model = %s WHERE telegram_user_id = %s"
 MARK_REMINDED = "UPDATE users SET last_reminded_at = %s WHERE telegram_user_id = %s"
 # Silent since `before`, reminders on, not reminded during this silence.
 SELECT_DUE_REMINDERS = """
 SELECT * FROM users
 WHERE remind_of_yourself <> '0' AND last_seen_at IS NOT NULL AND last_seen_at < %s
   AND (last_reminded_at IS NULL OR last_reminded_at < last_seen_at)
-ORDER BY last_seen_at LIMIT %s
+  AND (last_seen_at, telegram_user_id) > (%s, %s)
+ORDER BY last_seen_at, telegram_user_id LIMIT %s
 """
+# Before every row: where the first page starts.
+FIRST_PAGE = (datetime.min.replace(tzinfo=UTC), -(2**63))
 
 
 class UsersRepository(Repository):
@@ -64,6 +68,11 @@ class UsersRepository(Repository):
             row = await (await c.execute(UPSERT_USER, params)).fetchone()
             assert row is not None
             return row
+
+    async def set_model(self, telegram_user_id: int, model: str | None) -> None:
+        """Remember the model the user picked (None: LLM_MODEL)."""
+        async with self._conn() as c:
+            await c.execute(SET_MODEL, (model, telegram_user_id))
 
     async def get(self, telegram_user_id: int, conn: Conn | None = None) -> dict[str, Any] | None:
         """Return the user, or None."""
@@ -104,9 +113,15 @@ class UsersRepository(Repository):
             await c.execute(MARK_REMINDED, (when, telegram_user_id))
 
     async def due_reminders(
-        self, silent_since: datetime, limit: int = 100, conn: Conn | None = None
+        self,
+        silent_since: datetime,
+        limit: int = 100,
+        after: dict[str, Any] | None = None,
+        conn: Conn | None = None,
     ) -> list[dict[str, Any]]:
-        """Return users with reminders on, silent since `silent_since`, not yet reminded."""
+        """Return users with reminders on, silent since `silent_since`, not yet reminded,
+        longest silent first; `after`: the page after that row."""
+        start = (after["last_seen_at"], after["telegram_user_id"]) if after else FIRST_PAGE
         async with self._conn(conn) as c:
-            cur = await c.execute(SELECT_DUE_REMINDERS, (silent_since, limit))
+            cur = await c.execute(SELECT_DUE_REMINDERS, (silent_since, *start, limit))
             return list(await cur.fetchall())

@@ -62,6 +62,14 @@ def tg(tg_server: FakeBotAPI) -> FakeBotAPI:
     return tg_server
 
 
+async def until(condition: Any, timeout: float = 15.0) -> None:
+    """Wait until `condition()` is true (fail the test after `timeout` seconds)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
 async def wait_until_running(bot: RunningBot, timeout: float = 15.0) -> None:
     """Wait until the application is receiving updates (or failed to start)."""
     deadline = time.monotonic() + timeout

@@ -80,7 +80,7 @@ class Chat:
     def errors(self) -> str:
         return (self.cwd / "stderr.log").read_text()
 
-    async def replies(self, n: int, timeout: float = 40) -> list[str]:
+    async def replies(self, n: int, timeout: float = 120) -> list[str]:
         """Wait until `n` replies are printed (the turns are done) and return them."""
         deadline = time.monotonic() + timeout
         while len(self.output()) < n:

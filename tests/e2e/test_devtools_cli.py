@@ -3,13 +3,18 @@ PostgreSQL, the local model server."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from src.config import Settings
 from src.devtools.checkpoints import CheckpointReader
@@ -20,15 +25,19 @@ ROOT = Path(__file__).resolve().parents[2]
 ALICE = Identity(301, "alice", "Alice", "en")
 
 
-def run_cli(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """Run `python -m src.cli` in `cwd` (no `.env` there) with only `env` configured."""
+def cli_env(**env: str) -> dict[str, str]:
+    """Return this process's environment without any setting, plus only `env`."""
     names = {n.upper() for n in Settings.model_fields} | {"TEST_DATABASE_URL"}
     clean = {k: v for k, v in os.environ.items() if k.upper() not in names}
-    clean |= {"PYTHONPATH": str(ROOT), "LOG_LEVEL": "WARNING"}
+    return clean | {"PYTHONPATH": str(ROOT), "LOG_LEVEL": "WARNING"} | env
+
+
+def run_cli(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run `python -m src.cli` in `cwd` (no `.env` there) with only `env` configured."""
     return subprocess.run(
         [sys.executable, "-m", "src.cli", *args],
         cwd=cwd,
-        env={**clean, **env},
+        env=cli_env(**env),
         capture_output=True,
         text=True,
         stdin=subprocess.DEVNULL,
@@ -110,7 +119,7 @@ async def test_list_show_replay_commit_prune(
     )
     assert shown.returncode == 0, shown.stderr
     assert "turn 2 of 3" in shown.stdout and "calls search_history" in shown.stdout
-    order = [shown.stdout.index(f" {n} ") for n in ("load_history", "build_context", "tools")]
+    order = [shown.stdout.index(f" {n} ") for n in ("build_context", "agent", "tools")]
     assert order == sorted(order)
     assert dry.returncode == 0, dry.stderr
     assert "Your cat is called Barsik." in dry.stdout
@@ -138,3 +147,37 @@ async def test_list_show_replay_commit_prune(
         ("input", "Bye"),
         ("fork", "What is my cat called?"),
     ]
+
+
+def test_web_refuses_to_listen_beyond_loopback_without_a_token(tmp_path: Path) -> None:
+    # No database is configured: the refusal comes before any connection.
+    refused = run_cli(tmp_path, "web", "--host", "0.0.0.0", PG_HOST="tgagent-nowhere.invalid")
+    assert refused.returncode == 2
+    assert "WEB_TOKEN" in refused.stderr and "Traceback" not in refused.stderr
+
+
+async def test_web_serves_the_bot_database_until_interrupted(
+    runtime_factory: Any, fresh_schema: str, llm: Any, tmp_path: Path
+) -> None:
+    await _three_turns(runtime_factory, llm)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "src.cli", "web", "--host", "0.0.0.0", "--port", "0"],
+        cwd=tmp_path,
+        env=cli_env(DATABASE_URL=fresh_schema, WEB_TOKEN="tok-e2e", LOG_LEVEL="INFO"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 60)
+        port = re.search(r"http://0\.0\.0\.0:(\d+)/ \(every request needs WEB_TOKEN\)", line)
+        assert port, line
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port.group(1)}") as web:
+            assert (await web.get("/")).status_code == 401
+            page = await web.get("/", headers={"Authorization": "Bearer tok-e2e"})
+        assert page.status_code == 200 and "What is my cat called?" in page.text
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "200 GET / " in err and "tok-e2e" not in err

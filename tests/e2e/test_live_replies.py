@@ -8,7 +8,6 @@ The real Application against the fake Bot API, the fake model (streaming one wor
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import pytest
@@ -24,6 +23,7 @@ from tests.e2e.conftest import (
     SIDE_MODEL,
     RunningBot,
     stored,
+    until,
     wait_until_running,
 )
 from tests.fakes.bot_api_server import FakeBotAPI
@@ -49,13 +49,6 @@ def sends_to(tg: FakeBotAPI, chat: int) -> list[dict[str, Any]]:
 
 def edits_to(tg: FakeBotAPI, chat: int) -> list[dict[str, Any]]:
     return [m for m in tg.messages_to(chat) if m["method"] == "editMessageText"]
-
-
-async def until(check: Any, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.02)
 
 
 async def test_a_private_answer_grows_in_a_draft_then_comes_whole_once(

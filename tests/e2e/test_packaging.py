@@ -42,6 +42,16 @@ def test_wheel_ships_the_migrations_byte_for_byte(wheel: Path) -> None:
             assert whl.read(inside) == mig.path.read_bytes()
 
 
+def test_wheel_ships_the_web_page_files(wheel: Path) -> None:
+    web = ROOT / "src" / "devtools" / "web"
+    files = [*web.glob("templates/*.html"), *web.glob("static/*")]
+    assert len(files) >= 4
+    with zipfile.ZipFile(wheel) as whl:
+        names = set(whl.namelist())
+        for path in files:
+            assert str(path.relative_to(ROOT)) in names, path
+
+
 def test_wheel_installs_only_the_application(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as whl:
         names = whl.namelist()

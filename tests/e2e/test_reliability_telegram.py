@@ -14,7 +14,7 @@ from src.bot.app import FLOOD_RETRIES
 from src.bot.formatting import split_markdown
 from src.bot.jobs import send_reminders
 from src.services.texts import t
-from tests.e2e.conftest import BOT_TOKEN, CHAT_MODEL
+from tests.e2e.conftest import BOT_TOKEN, CHAT_MODEL, until
 from tests.fakes.bot_api_server import FakeBotAPI
 
 logger = logging.getLogger(__name__)
@@ -30,15 +30,6 @@ async def say(tg: FakeBotAPI, user: int, text: str, timeout: float = 10.0) -> st
 def attempts_to(tg: FakeBotAPI, method: str, chat_id: int) -> list[dict[str, Any]]:
     """Return every call of `method` for one chat, failed ones included."""
     return [c for c in tg.calls_of(method) if c["params"].get("chat_id") == chat_id]
-
-
-async def until(condition: Any, timeout: float = 10.0) -> None:
-    """Wait until `condition()` is true."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not reached")
-        await asyncio.sleep(0.02)
 
 
 async def stored(pool: Any, owner: int) -> list[tuple[str, str]]:

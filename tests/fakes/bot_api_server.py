@@ -6,6 +6,21 @@ Routes are `/bot<TOKEN>/<method>`; bodies may be JSON, url-encoded (what PTB 22 
 non-string value JSON-encoded) or multipart. Tests push updates with `push_*` helpers and
 inspect what the bot did via `sent`, `actions` and `calls`.
 
+Files: every file a message carries is kept in `files` (a `FileStore`), with its bytes:
+`add_file(data, prefix)` stores one and returns its `file_id`/`file_unique_id`/`file_size`;
+the `push_*` helpers store what they are given (`push_voice`, `push_audio`, `push_photo`,
+`push_document`, `push_album`), or placeholder bytes (b"fake-file:<file_id>") without
+`data`; files the bot sends get placeholders too. `getFile` answers as Telegram does: 400
+"Bad Request: invalid file_id" for an id it never gave out, 400 "Bad Request: file is too
+big" over `download_limit` (20 MB), else the File with a `file_path` such as
+"voice/file_3.oga", "photos/file_4.jpg" or "documents/file_5.pdf". The download route
+`/file/bot<TOKEN>/<file_path>` answers 401 for a wrong token and 404 for a path it never
+gave out; each successful download's file_id is recorded in `downloads`, and
+`fail_downloads_next` fails the next downloads. A photo pushed with `data` comes as
+Telegram sends it: smaller JPEG sizes shrunk from it first, the image itself (its real
+width and height) last. An album is consecutive messages sharing a new `media_group_id`,
+the caption on the first. Captions get `caption_entities` like texts get `entities`.
+
 Chat members: whoever wrote in a chat is a "member" of it; `set_member` (or
 `set_chat_admins`) gives anyone another status until `reset`; `getChatMember` answers as
 Telegram does, with a ChatMember object, or 400 "chat not found"/"user not found" for ids
@@ -44,6 +59,7 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.bot_api_files import FileStore, guess_mime
 from tests.fakes.bot_api_markup import (
     callback_data_of,
     content_key,
@@ -51,6 +67,7 @@ from tests.fakes.bot_api_markup import (
     markup_problem,
     visible_text,
 )
+from tests.fakes.images import downscale_jpeg, image_info
 from tests.fakes.openai_server import BackgroundAiohttpServer
 
 SEND_METHODS = {"sendmessage", "sendphoto", "senddocument", "sendvoice", "sendsticker"}
@@ -102,6 +119,8 @@ MEMBER_FIELDS: dict[str, dict[str, Any]] = {
     "left": {},
     "kicked": {"until_date": 0},
 }
+DOWNLOAD_LIMIT = 20 * 1024 * 1024  # the largest file getFile hands out to a bot
+THUMBNAIL_SIDES = (90, 320, 800)  # the smaller sizes of a photo, as Telegram makes them
 COMMAND_OR_MENTION = re.compile(r"(?<!\S)(/[A-Za-z0-9_]+(?:@[A-Za-z0-9_]+)?|@[A-Za-z0-9_]{5,32})")
 
 
@@ -182,7 +201,11 @@ class FakeBotAPI(BackgroundAiohttpServer):
         self.actions: list[dict[str, Any]] = []
         self.calls: list[dict[str, Any]] = []
         self.commands: dict[str, Any] = {}
-        self.files: dict[str, bytes] = {}
+        self.files = FileStore()
+        self.download_limit = DOWNLOAD_LIMIT
+        self.downloads: list[str] = []
+        self._download_faults: deque[int] = deque()
+        self._media_groups = itertools.count(1)
         self.blocked: set[int | str] = set()
         self._faults: dict[str, deque[dict[str, Any]]] = {}
         # The bot's messages as Telegram holds them now, and what "not modified" compares.
@@ -197,7 +220,6 @@ class FakeBotAPI(BackgroundAiohttpServer):
         self._last_message: dict[Any, int] = {}
         self._update_ids = itertools.count(1)
         self._message_ids = itertools.count(1)
-        self._file_ids = itertools.count(1)
         self._query_ids = itertools.count(1)
         self._changed = threading.Condition(self._lock)
         self._wakeup: asyncio.Event | None = None
@@ -232,6 +254,11 @@ class FakeBotAPI(BackgroundAiohttpServer):
         fault = {"error_code": error_code, "description": description, "retry_after": retry_after}
         with self._lock:
             self._faults.setdefault(method.lower(), deque()).extend([fault] * n)
+
+    def fail_downloads_next(self, n: int = 1, status: int = 500) -> None:
+        """Answer the next n downloads of files that exist with an HTTP error."""
+        with self._lock:
+            self._download_faults.extend([status] * n)
 
     def block_user(self, chat_id: int | str) -> None:
         """Make every call targeting `chat_id` answer 403 Forbidden."""
@@ -296,20 +323,21 @@ class FakeBotAPI(BackgroundAiohttpServer):
 
     def clear(self) -> None:
         """Forget recorded calls, messages, drafts, edits, deletions, callback queries and
-        answers, actions, pending updates and faults."""
+        answers, actions, downloads, pending updates and faults."""
         with self._lock:
             for items in (
                 self.sent, self.drafts, self.markup_edits, self.deleted, self.callback_answers,
-                self.actions, self.calls, self.updates,
+                self.actions, self.calls, self.updates, self.downloads,
             ):  # fmt: skip
                 items.clear()
+            self._download_faults.clear()
             self._open_queries.clear()
             self._faults.clear()
             self.blocked.clear()
 
     def reset(self) -> None:
-        """Clear everything and restore delay, parse-mode, drafts, webhook and command
-        settings."""
+        """Clear everything, forget the files and restore delay, parse-mode, drafts, webhook,
+        download limit and command settings."""
         with self._lock:
             self.clear()
             self.reject_parse_mode = False
@@ -318,6 +346,7 @@ class FakeBotAPI(BackgroundAiohttpServer):
             self.webhook_url = ""
             self.commands.clear()
             self.files.clear()
+            self.download_limit = DOWNLOAD_LIMIT
             self._members.clear()
 
     # ----- chat members ------------------------------------------------------------------
@@ -461,10 +490,23 @@ class FakeBotAPI(BackgroundAiohttpServer):
             self._contents[(chat["id"], message_id)] = (content_key(text, parse_mode), markup)
             return copy.deepcopy(message)
 
+    def add_file(
+        self,
+        data: bytes,
+        prefix: str = "file",
+        file_name: str | None = None,
+        mime_type: str | None = None,
+    ) -> dict[str, Any]:
+        """Store a file and return the fields a message carries for it.
+
+        `prefix` is the kind of file ("voice", "audio", "photo", "document", "sticker"):
+        it picks the folder of its `file_path`, and the name or MIME type its extension.
+        """
+        return self.files.add(data, prefix, file_name, mime_type).fields()
+
     def _file(self, prefix: str) -> dict[str, Any]:
-        """Return fresh file_id/file_unique_id fields."""
-        n = next(self._file_ids)
-        return {"file_id": f"{prefix}-file-{n}", "file_unique_id": f"{prefix}-u{n}"}
+        """Store placeholder bytes for a file of kind `prefix` and return its fields."""
+        return self.files.add(None, prefix).fields()
 
     def push_text(self, user_id: int, text: str, **kw: Any) -> int:
         """Queue a text message (entities for /commands and @mentions auto-computed)."""
@@ -473,20 +515,54 @@ class FakeBotAPI(BackgroundAiohttpServer):
             message["entities"] = entities
         return self.push_update({"message": message})
 
-    def push_photo(self, user_id: int, caption: str | None = None, **kw: Any) -> int:
-        """Queue a photo message with two sizes and an optional caption."""
-        base = self._file("photo")
-        sizes = [
-            base | {"file_unique_id": base["file_unique_id"] + s, "width": w, "height": w}
-            for s, w in (("s", 90), ("m", 800))
-        ]
-        sizes[0]["file_id"] += "-small"
-        message = self._message(user_id, **kw) | {"photo": sizes}
+    def _push_media(
+        self,
+        user_id: int,
+        media: dict[str, Any],
+        caption: str | None,
+        media_group_id: str | None,
+        kw: dict[str, Any],
+    ) -> int:
+        """Queue a message carrying `media` (e.g. {"voice": ...}) with its caption."""
+        message = self._message(user_id, **kw) | media
+        if media_group_id is not None:
+            message["media_group_id"] = media_group_id
         if caption is not None:
             message["caption"] = caption
             if entities := compute_entities(caption):
                 message["caption_entities"] = entities
         return self.push_update({"message": message})
+
+    def _photo_sizes(self, data: bytes | None) -> list[dict[str, Any]]:
+        """Store a photo's sizes and return its PhotoSize list, the largest last.
+
+        With `data` the largest is that image and the smaller ones are JPEGs shrunk from
+        it; without, two placeholder sizes (90 and 800 pixels square).
+        """
+        if data is None:
+            return [self._file("photo") | {"width": w, "height": w} for w in (90, 800)]
+        info = image_info(data)
+        if info is None:
+            raise ValueError("a photo's data must be an image Pillow can read")
+        _, width, height = info
+        sizes = []
+        for side in THUMBNAIL_SIDES:
+            if side < max(width, height):
+                small, w, h = downscale_jpeg(data, side)
+                sizes.append(self.add_file(small, "photo") | {"width": w, "height": h})
+        return sizes + [self.add_file(data, "photo") | {"width": width, "height": height}]
+
+    def push_photo(
+        self,
+        user_id: int,
+        caption: str | None = None,
+        data: bytes | None = None,
+        media_group_id: str | None = None,
+        **kw: Any,
+    ) -> int:
+        """Queue a photo message (its sizes stored; see `_photo_sizes`)."""
+        sizes = self._photo_sizes(data)
+        return self._push_media(user_id, {"photo": sizes}, caption, media_group_id, kw)
 
     def push_sticker(self, user_id: int, emoji: str = "😀", **kw: Any) -> int:
         """Queue a sticker message."""
@@ -494,15 +570,74 @@ class FakeBotAPI(BackgroundAiohttpServer):
         sticker |= {"is_animated": False, "is_video": False, "emoji": emoji}
         return self.push_update({"message": self._message(user_id, **kw) | {"sticker": sticker}})
 
-    def push_voice(self, user_id: int, duration: int = 3, **kw: Any) -> int:
-        """Queue a voice message."""
-        voice = self._file("voice") | {"duration": duration, "mime_type": "audio/ogg"}
-        return self.push_update({"message": self._message(user_id, **kw) | {"voice": voice}})
+    def push_voice(
+        self,
+        user_id: int,
+        data: bytes | None = None,
+        duration: int = 3,
+        caption: str | None = None,
+        **kw: Any,
+    ) -> int:
+        """Queue a voice note (Ogg Opus); without `data`, placeholder bytes are stored."""
+        voice = self.files.add(data, "voice", mime_type="audio/ogg").fields()
+        voice |= {"duration": duration, "mime_type": "audio/ogg"}
+        return self._push_media(user_id, {"voice": voice}, caption, None, kw)
 
-    def push_document(self, user_id: int, file_name: str = "notes.txt", **kw: Any) -> int:
-        """Queue a document message."""
-        doc = self._file("document") | {"file_name": file_name, "mime_type": "text/plain"}
-        return self.push_update({"message": self._message(user_id, **kw) | {"document": doc}})
+    def push_audio(
+        self,
+        user_id: int,
+        data: bytes,
+        duration: int,
+        file_name: str = "song.mp3",
+        mime_type: str = "audio/mpeg",
+        caption: str | None = None,
+        **kw: Any,
+    ) -> int:
+        """Queue an audio file (music, not a voice note)."""
+        audio = self.add_file(data, "audio", file_name, mime_type)
+        audio |= {"duration": duration, "file_name": file_name, "mime_type": mime_type}
+        return self._push_media(user_id, {"audio": audio}, caption, None, kw)
+
+    def push_document(
+        self,
+        user_id: int,
+        file_name: str = "notes.txt",
+        data: bytes | None = None,
+        mime_type: str | None = None,
+        caption: str | None = None,
+        media_group_id: str | None = None,
+        **kw: Any,
+    ) -> int:
+        """Queue a document (MIME type guessed from the name unless given)."""
+        mime_type = mime_type or guess_mime(file_name)
+        doc = self.files.add(data, "document", file_name, mime_type).fields()
+        doc |= {"file_name": file_name, "mime_type": mime_type}
+        return self._push_media(user_id, {"document": doc}, caption, media_group_id, kw)
+
+    def push_album(
+        self, user_id: int, items: list[dict[str, Any]], caption: str | None = None, **kw: Any
+    ) -> list[int]:
+        """Queue an album: one message per item, consecutive updates, one new media_group_id.
+
+        Items are {"photo": bytes} or {"document": bytes, "file_name": ..., "mime_type": ...},
+        2 to 10 of them and not both kinds, as Telegram allows. As Telegram does, `caption`
+        goes on the first message only; an item's own "caption" goes on its message.
+        Returns the update ids.
+        """
+        kinds = {"photo" if "photo" in item else "document" for item in items}
+        if not 2 <= len(items) <= 10 or len(kinds) != 1:
+            raise ValueError("an album holds 2 to 10 photos, or 2 to 10 documents")
+        with self._lock:
+            group = str(10**17 + next(self._media_groups))
+        ids = []
+        for n, item in enumerate(items):
+            text = item.get("caption", caption if n == 0 else None)
+            if "photo" in item:
+                ids.append(self.push_photo(user_id, text, item["photo"], group, **kw))
+                continue
+            name, mime = item.get("file_name", "file"), item.get("mime_type")
+            ids.append(self.push_document(user_id, name, item["document"], mime, text, group, **kw))
+        return ids
 
     def push_edited_text(
         self, user_id: int, text: str, message_id: int | None = None, **kw: Any
@@ -616,8 +751,16 @@ class FakeBotAPI(BackgroundAiohttpServer):
     async def _download(self, request: web.Request) -> web.Response:
         if request.match_info["token"] != self.token:
             return _fail(401, "Unauthorized")
-        file_id = request.match_info["path"].rsplit("/", 1)[-1]
-        return web.Response(body=self.files.get(file_id, f"fake-file:{file_id}".encode()))
+        stored = self.files.at(request.match_info["path"])
+        if stored is None:
+            return _fail(404, "Not Found")
+        with self._lock:
+            fault = self._download_faults.popleft() if self._download_faults else None
+            if fault is None:
+                self.downloads.append(stored.file_id)
+        if fault is not None:
+            return _fail(fault, ERROR_TEXT.get(fault, "Error"))
+        return web.Response(body=stored.data)
 
     async def _m_getme(self, params: dict[str, Any]) -> Any:
         return self.bot_user
@@ -682,12 +825,12 @@ class FakeBotAPI(BackgroundAiohttpServer):
         return True
 
     async def _m_getfile(self, params: dict[str, Any]) -> Any:
-        file_id = str(params.get("file_id"))
-        size = len(self.files.get(file_id, f"fake-file:{file_id}".encode()))
-        unique = file_id.replace("-file-", "-u")
-        return {"file_id": file_id, "file_unique_id": unique, "file_size": size} | {
-            "file_path": f"files/{file_id}"
-        }
+        stored = self.files.get(str(params.get("file_id") or ""))
+        if stored is None:
+            return _fail(400, "Bad Request: invalid file_id")
+        if len(stored.data) > self.download_limit:
+            return _fail(400, "Bad Request: file is too big")
+        return stored.fields() | {"file_path": stored.file_path}
 
     async def _m_sendchataction(self, params: dict[str, Any]) -> Any:
         record = {"chat_id": _as_chat_id(params.get("chat_id")), "action": params.get("action")}

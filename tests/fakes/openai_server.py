@@ -1,4 +1,4 @@
-"""A scripted OpenAI-compatible chat-completions and embeddings server for tests and benchmarks.
+"""A scripted OpenAI-compatible chat, embeddings and transcription server for tests and benchmarks.
 
 The server runs aiohttp in its own thread and event loop on 127.0.0.1, so it serves
 sync tests, async tests on any loop, and subprocesses alike. Replies are scripted
@@ -55,11 +55,18 @@ right after the request's delay (`delay`/`delay_next`: the time to first token),
 every `stream_delay` seconds. A client that goes away before the answer is complete (it
 cancelled the call) is counted in `cancelled_streams` and leaves nothing in flight.
 
+Usage: every chat answer reports `usage` (`prompt_tokens`: one token per `CHARS_PER_TOKEN`
+characters of the messages' text, at least 1; `completion_tokens`: likewise of the reply's
+content and tool calls), a stream in its usage chunk. `cached_prompt_tokens = n` adds
+`prompt_tokens_details: {"cached_tokens": min(n, prompt_tokens)}` as OpenAI's prompt
+caching does; `reports_usage = False` answers like servers that report none (no `usage`
+field, and no usage chunk in a stream even when asked for).
+
 Timing: every recorded chat request also gets a record in `request_times` (at the same index
 as its body in `requests`): `arrived`, the `time.time()` at which the request came, and
 `first_content`, when its first non-empty content went out (a stream's first content chunk,
 else the whole answer), or None when none did (a fault, a rejection, tool calls only, a client
-gone first). The handler also keeps the record as `request["timing"]`, for subclasses.
+gone first). The handler also keeps the record as `request[TIMING]`, for subclasses.
 
 Embeddings: `POST /v1/embeddings` (and `/embeddings`) answers like OpenAI, as
 `{"object": "list", "data": [{"object": "embedding", "index": i, "embedding": ...}],
@@ -92,6 +99,38 @@ with 503, before validation, until it is reset. Every embedding request body is 
 embedding requests and pending faults and delays; `reset()` also restores `embeddings_down`,
 `embedding_synonyms`, `embedding_dims` and `embedding_models`.
 
+Content parts and images: a message's content may be an array of parts, checked as OpenAI
+does: a non-empty array of objects whose `type` is "text" (with a string `text`) or
+"image_url" (with an `image_url` object holding a string `url` and an optional `detail` of
+auto, low or high); the fake knows no other part types. Image parts are allowed in `user`
+messages only (else 400 "Invalid 'messages[i]'. Image URLs are only allowed for messages
+with role 'user', ..."), and for a model in `vision_models` only (else 400 "Invalid content
+type. image_url is only supported by certain models."; by default every listed model whose
+name holds "gpt-4o" or "gpt-4.1", and "fake-vision"; settable). An http(s) URL is taken
+as is (not fetched); a `data:image/<png|jpeg|gif|webp>;base64,...` URL must decode as
+base64 (else "Invalid base64 image_url.") to a whole image of that kind (else "You uploaded
+an unsupported image. Please make sure your image is valid."); another MIME type is "You
+uploaded an unsupported image. Please make sure your image has of one the following
+formats: [...]" and a URL that is neither is "Invalid image URL: ...". Every image of an
+accepted request is recorded in `images_seen` as {"model", "url", "mime_type", "width",
+"height", "size"} (an http image: url only). A refused request is recorded and consumes
+nothing, like a rejected `response_format`. `message_text` reads only the text parts.
+
+Transcriptions: `POST /v1/audio/transcriptions` (and `/audio/transcriptions`) takes the
+multipart form the `openai` client sends: `file`, `model`, and optional `language`,
+`prompt`, `response_format` (json, the default, text, verbose_json, srt or vtt; the
+"*-transcribe" models only json and text) and `temperature` (0 to 1). It answers like
+OpenAI: 400 "you must provide a model parameter" or "Missing required parameter: 'file'.";
+404 for a model not in `transcription_models`; 400 "Invalid file format. Supported formats:
+['flac', ...]" for a file name without a supported extension; 413 "Maximum content size
+limit (26214400) exceeded (N bytes read)" for a body over `transcription_max_bytes` (25 MB);
+400 "Audio file might be corrupted or unsupported" for bytes whose magic is not audio (Ogg,
+WAV, MP3, FLAC, MP4/M4A, WebM). The transcript is the next of `script_transcript`, else
+what `tests.fakes.audio.fake_speech` put into the audio, else "" (silence).
+`fail_transcriptions_next` answers the next n valid requests with an HTTP error, after
+`delay`. Every request is recorded in `transcriptions` as {"model", "file_name", "size",
+"language", "response_format", "prompt", "temperature", "status"}.
+
 Standalone use: `python -m tests.fakes.openai_server --port 0 --reply "text"` prints
 `READY <base_url>` and serves until interrupted.
 """
@@ -112,15 +151,28 @@ import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Self
 
 from aiohttp import web
 
+from tests.fakes.audio import (
+    DEFAULT_TRANSCRIPTION_MODELS,
+    MAX_TRANSCRIPTION_BYTES,
+    Problem,
+    heard,
+    too_large,
+    transcript_body,
+    transcription_problem,
+)
+from tests.fakes.openai_vision import read_images
+
 FAULT_KINDS = ("status", "close", "malformed")
 CHARS_PER_TOKEN = 4
 ROLES = ("system", "developer", "user", "assistant", "tool")
+PART_TYPES = ("text", "image_url")  # the content parts the fake understands
+DETAILS = ("auto", "low", "high")
 RESPONSE_FORMAT_TYPES = ("text", "json_object", "json_schema")
 _SCHEMA_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 DEFAULT_EMBEDDING_MODELS = ("text-embedding-3-small", "fake-embed")
@@ -134,6 +186,8 @@ INVALID_INPUT = (
 _WORD = re.compile(r"\w+")
 _STREAM_WORD = re.compile(r"\s*\S+\s*|\s+")  # a word and the whitespace after it
 STREAM_CHARS = 16  # characters per streamed content chunk
+MAX_BODY_BYTES = 64 * 1024 * 1024  # what aiohttp reads, above every limit the fake checks
+TIMING = web.RequestKey("timing", dict)  # a chat request's timing record, for subclasses
 
 
 @dataclass(frozen=True)
@@ -316,6 +370,8 @@ class FakeOpenAI(BackgroundAiohttpServer):
         self.cancelled_streams = 0
         self.supports_structured_output = True
         self.honours_max_completion_tokens = True
+        self.reports_usage = True
+        self.cached_prompt_tokens = 0
         self.concurrency_key: Callable[[dict[str, Any]], Any] | None = None
         self.models: list[str] = ["gpt-4o-mini", "gpt-4.1-mini", "fake-model"]
         self.requests: list[dict[str, Any]] = []
@@ -331,6 +387,8 @@ class FakeOpenAI(BackgroundAiohttpServer):
         self._delays: deque[float] = deque()
         self._in_flight = 0
         self._in_flight_keys: dict[Any, int] = {}
+        # Bumped by clear(): a request admitted before it ends without touching new records.
+        self._generation = 0
         self._ids = itertools.count(1)
         self.embedding_models: list[str] = list(DEFAULT_EMBEDDING_MODELS)
         self.embedding_dims = DEFAULT_EMBEDDING_DIMS
@@ -339,6 +397,30 @@ class FakeOpenAI(BackgroundAiohttpServer):
         self.embedding_requests: list[Any] = []
         self._embedding_faults: deque[tuple[Any, ...]] = deque()
         self._embedding_delays: deque[float] = deque()
+        self.transcription_models: list[str] = list(DEFAULT_TRANSCRIPTION_MODELS)
+        self.transcription_max_bytes = MAX_TRANSCRIPTION_BYTES
+        self.transcriptions: list[dict[str, Any]] = []
+        self.images_seen: list[dict[str, Any]] = []
+        self._vision_models: set[str] | None = None
+        self._transcripts: deque[str] = deque()
+        self._transcription_faults: deque[tuple[Any, ...]] = deque()
+
+    @property
+    def vision_models(self) -> set[str]:
+        """Return the models that accept image parts.
+
+        Unless set, every listed model whose name holds "gpt-4o" or "gpt-4.1", and
+        "fake-vision".
+        """
+        with self._lock:
+            if self._vision_models is not None:
+                return set(self._vision_models)
+            return {m for m in self.models if "gpt-4o" in m or "gpt-4.1" in m} | {"fake-vision"}
+
+    @vision_models.setter
+    def vision_models(self, models: Iterable[str]) -> None:
+        with self._lock:
+            self._vision_models = set(models)
 
     @property
     def base_url(self) -> str:
@@ -430,6 +512,18 @@ class FakeOpenAI(BackgroundAiohttpServer):
         with self._lock:
             self._embedding_delays.extend([seconds] * n)
 
+    def script_transcript(self, *texts: str) -> None:
+        """Queue transcripts that the next valid transcriptions return, whatever they hear."""
+        with self._lock:
+            self._transcripts.extend(texts)
+
+    def fail_transcriptions_next(self, n: int = 1, status: int = 500, body: Any = None) -> None:
+        """Answer the next n valid transcription requests with an HTTP error."""
+        if not 400 <= status <= 599:
+            raise ValueError(f"status must be an HTTP error (400-599), got {status}")
+        with self._lock:
+            self._transcription_faults.extend([("status", status, body)] * n)
+
     def last_request(self) -> dict[str, Any] | None:
         """Return the most recent request body, if any."""
         with self._lock:
@@ -441,9 +535,10 @@ class FakeOpenAI(BackgroundAiohttpServer):
             return [r for r in self.requests if r.get("model") == model]
 
     def clear(self) -> None:
-        """Forget recorded requests, timings, counters (cancelled streams too), scripts and
-        pending faults."""
+        """Forget recorded requests, timings, counters (cancelled streams too), scripts,
+        pending faults, transcriptions and images seen."""
         with self._lock:
+            self._generation += 1
             self.requests.clear()
             self.request_times.clear()
             self.timings.clear()
@@ -457,10 +552,14 @@ class FakeOpenAI(BackgroundAiohttpServer):
             self.embedding_requests.clear()
             self._embedding_faults.clear()
             self._embedding_delays.clear()
+            self.transcriptions.clear()
+            self.images_seen.clear()
+            self._transcripts.clear()
+            self._transcription_faults.clear()
 
     def reset(self) -> None:
-        """Clear everything and restore the defaults, flags, streaming pace and embedding
-        settings."""
+        """Clear everything and restore the defaults, flags, streaming pace and embedding,
+        transcription and vision settings."""
         with self._lock:
             self.clear()
             self.default_reply = echo_reply
@@ -470,16 +569,22 @@ class FakeOpenAI(BackgroundAiohttpServer):
             self.concurrency_key = None
             self.supports_structured_output = True
             self.honours_max_completion_tokens = True
+            self.reports_usage = True
+            self.cached_prompt_tokens = 0
             self.embeddings_down = False
             self.embedding_synonyms = {}
             self.embedding_dims = DEFAULT_EMBEDDING_DIMS
             self.embedding_models = list(DEFAULT_EMBEDDING_MODELS)
+            self.transcription_models = list(DEFAULT_TRANSCRIPTION_MODELS)
+            self.transcription_max_bytes = MAX_TRANSCRIPTION_BYTES
+            self._vision_models = None
 
     def _build_app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
         for prefix in ("/v1", ""):
             app.router.add_post(prefix + "/chat/completions", self._chat)
             app.router.add_post(prefix + "/embeddings", self._embeddings)
+            app.router.add_post(prefix + "/audio/transcriptions", self._transcriptions)
             app.router.add_get(prefix + "/models", self._models)
         return app
 
@@ -514,6 +619,10 @@ class FakeOpenAI(BackgroundAiohttpServer):
             rejection = chat_rejection(body, self.supports_structured_output)
             if rejection is not None:
                 return key, ("invalid", *rejection), 0.0, self.default_reply
+            images, refusal = read_images(body, self.vision_models)
+            if refusal is not None:
+                return key, ("invalid", *refusal), 0.0, self.default_reply
+            self.images_seen.extend(images)
             delay = self._delays.popleft() if self._delays else self.delay
             fault = self._faults.popleft() if self._faults else None
             reply: Reply = self.default_reply
@@ -528,12 +637,13 @@ class FakeOpenAI(BackgroundAiohttpServer):
                     reply = self._queue.popleft()
         return key, fault, delay, reply
 
-    def _release(self, key: Any, started: float) -> None:
+    def _release(self, key: Any, started: float, generation: int) -> None:
         with self._lock:
             self._in_flight -= 1
             if key is not None:
                 self._in_flight_keys[key] -= 1
-            self.timings.append(time.perf_counter() - started)
+            if generation == self._generation:
+                self.timings.append(time.perf_counter() - started)
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
@@ -542,7 +652,8 @@ class FakeOpenAI(BackgroundAiohttpServer):
             body = json.loads(await request.read())
         except ValueError:
             return _error(400, "invalid JSON body", "invalid_request_error")
-        request["timing"] = timing
+        request[TIMING] = timing
+        generation = self._generation
         key, fault, delay, reply = self._admit(body, timing)
         try:
             if delay:
@@ -560,13 +671,14 @@ class FakeOpenAI(BackgroundAiohttpServer):
             # The client went away (a dropped connection we injected is not that).
             if body.get("stream") and (fault is None or fault[0] != "close"):
                 with self._lock:
-                    self.cancelled_streams += 1
+                    if generation == self._generation:
+                        self.cancelled_streams += 1
             if isinstance(exc, ConnectionResetError):
                 # Nobody is left to answer: end quietly instead of logging a 500.
                 raise asyncio.CancelledError from exc
             raise
         finally:
-            self._release(key, started)
+            self._release(key, started, generation)
 
     async def _embeddings(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
@@ -607,12 +719,41 @@ class FakeOpenAI(BackgroundAiohttpServer):
             {"object": "list", "data": data, "model": body["model"], "usage": usage}
         )
 
+    async def _transcriptions(self, request: web.Request) -> web.StreamResponse:
+        form = await _form(request)
+        upload = form.get("file")
+        data = upload[1] if isinstance(upload, tuple) else b""
+        size = request.content_length or len(data)
+        record = {"model": form.get("model"), "file_name": upload[0] if upload else None}
+        record |= {"size": len(data), "language": form.get("language")}
+        record |= {"response_format": form.get("response_format") or "json"}
+        record |= {"prompt": form.get("prompt"), "temperature": form.get("temperature")}
+        with self._lock:
+            self.transcriptions.append(record)
+            problem = transcription_problem(form, self.transcription_models)
+            if size > self.transcription_max_bytes:
+                problem = too_large(self.transcription_max_bytes, size)
+            if problem is not None:
+                record["status"] = problem.status
+                return _problem(problem)
+            fault = self._transcription_faults.popleft() if self._transcription_faults else None
+            text = self._transcripts.popleft() if self._transcripts else heard(data)
+            record["status"] = fault[1] if fault else 200
+            delay = self.delay
+        if delay:
+            await self._sleep(delay)
+        if fault is not None:
+            return await self._fault(request, fault, {})
+        body, content_type = transcript_body(text, record["response_format"], record["language"])
+        return web.Response(text=body, content_type=content_type)
+
     async def _fault(
         self, request: web.Request, fault: tuple[Any, ...], body: dict[str, Any]
     ) -> web.StreamResponse:
         kind = fault[0]
         if kind == "invalid":
-            return _error(400, fault[1], "invalid_request_error", param=fault[2])
+            code = fault[3] if len(fault) > 3 else None
+            return _error(400, fault[1], "invalid_request_error", param=fault[2], code=code)
         if kind == "status":
             status, payload = fault[1], fault[2]
             if payload is None:
@@ -659,11 +800,14 @@ class FakeOpenAI(BackgroundAiohttpServer):
             message["tool_calls"] = tool_calls
         prompt = sum(len(message_text(m)) for m in body.get("messages", [])) // 4
         completion = len(message_text(message)) // 4
-        usage = {
+        usage: dict[str, Any] = {
             "prompt_tokens": max(1, prompt),
             "completion_tokens": completion,
             "total_tokens": max(1, prompt) + completion,
         }
+        if self.cached_prompt_tokens:
+            cached = min(self.cached_prompt_tokens, usage["prompt_tokens"])
+            usage["prompt_tokens_details"] = {"cached_tokens": cached}
         head = {"id": f"chatcmpl-fake{n:06d}", "created": int(time.time())}
         head["model"] = body.get("model", "fake-model")
         finish = "length" if cut else "tool_calls" if tool_calls else "stop"
@@ -673,9 +817,10 @@ class FakeOpenAI(BackgroundAiohttpServer):
         choices = [] if no_choices else [choice]
         if content and not no_choices:
             _first_content(request)
-        return web.json_response(
-            {**head, "object": "chat.completion", "choices": choices, "usage": usage}
-        )
+        answer = {**head, "object": "chat.completion", "choices": choices, "usage": usage}
+        if not self.reports_usage:
+            del answer["usage"]
+        return web.json_response(answer)
 
     def _pieces(self, text: str) -> list[str]:
         """Cut streamed content into its chunks: words, or STREAM_CHARS characters."""
@@ -695,7 +840,7 @@ class FakeOpenAI(BackgroundAiohttpServer):
         head: dict[str, Any],
         message: dict[str, Any],
         finish: str,
-        usage: dict[str, int],
+        usage: dict[str, Any],
         body: dict[str, Any],
         no_choices: bool,
     ) -> web.StreamResponse:
@@ -728,7 +873,7 @@ class FakeOpenAI(BackgroundAiohttpServer):
                     {"tool_calls": [{"index": i, "function": {"arguments": fn["arguments"]}}]}
                 )
             await send({}, finish)
-        if (body.get("stream_options") or {}).get("include_usage"):
+        if (body.get("stream_options") or {}).get("include_usage") and self.reports_usage:
             await send(None)
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
@@ -737,7 +882,7 @@ class FakeOpenAI(BackgroundAiohttpServer):
 
 def _first_content(request: web.Request) -> None:
     """Note in the request's timing record that its first content goes out now."""
-    timing = request.get("timing")
+    timing = request.get(TIMING)
     if timing is not None and timing["first_content"] is None:
         timing["first_content"] = time.time()
 
@@ -783,6 +928,22 @@ def _error(
     """Return an OpenAI-style error response."""
     error = {"message": message, "type": kind, "param": param, "code": code}
     return web.json_response({"error": error}, status=status)
+
+
+def _problem(problem: Problem) -> web.Response:
+    """Return the OpenAI-style answer to a rejected transcription."""
+    return _error(problem.status, problem.message, problem.kind, problem.param, problem.code)
+
+
+async def _form(request: web.Request) -> dict[str, Any]:
+    """Read a form: fields as strings, files as (file name, bytes) pairs."""
+    form: dict[str, Any] = {}
+    for key, value in (await request.post()).items():
+        if isinstance(value, web.FileField):
+            form[key] = (value.filename, value.file.read())
+        else:
+            form[key] = str(value)
+    return form
 
 
 def _bad_type(param: str, expected: str, value: Any) -> str:
@@ -900,6 +1061,8 @@ def _message_shape_problem(i: int, message: dict[str, Any]) -> tuple[str, str] |
     if content is not None and not isinstance(content, str | list):
         where = f"messages[{i}].content"
         return _bad_type(where, "a string or an array", content), where
+    if isinstance(content, list) and (problem := _content_problem(i, role, content)):
+        return problem
     if role == "tool" and not isinstance(message.get("tool_call_id"), str):
         where = f"messages[{i}].tool_call_id"
         return f"Missing required parameter: '{where}'.", where
@@ -919,6 +1082,56 @@ def _message_shape_problem(i: int, message: dict[str, Any]) -> tuple[str, str] |
         fn = call.get("function")
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
             return f"Missing required parameter: '{where}.function.name'.", f"{where}.function"
+    return None
+
+
+def _content_problem(i: int, role: str, content: list[Any]) -> tuple[str, str] | None:
+    """Return (message, param) if a message's content array is malformed, else None."""
+    where = f"messages[{i}].content"
+    if not content:
+        return (
+            f"Invalid '{where}': empty array. Expected an array with minimum length 1, "
+            "but got an empty array instead."
+        ), where
+    for j, part in enumerate(content):
+        problem = _part_problem(f"{where}[{j}]", part)
+        if problem is not None:
+            return problem
+        if part["type"] == "image_url" and role != "user":
+            return (
+                f"Invalid 'messages[{i}]'. Image URLs are only allowed for messages with role "
+                f"'user', but this message with role '{role}' contains an image URL."
+            ), f"messages[{i}]"
+    return None
+
+
+def _part_problem(where: str, part: Any) -> tuple[str, str] | None:
+    """Return (message, param) if one content part is malformed, else None."""
+    if not isinstance(part, dict):
+        return _bad_type(where, "an object", part), where
+    kind = part.get("type")
+    if kind is None:
+        return f"Missing required parameter: '{where}.type'.", f"{where}.type"
+    if kind not in PART_TYPES:
+        message = f"Invalid value: '{kind}'. Supported values are: 'text' and 'image_url'."
+        return message, f"{where}.type"
+    if kind == "text":
+        if "text" not in part:
+            return f"Missing required parameter: '{where}.text'.", f"{where}.text"
+        if not isinstance(part["text"], str):
+            return _bad_type(f"{where}.text", "a string", part["text"]), f"{where}.text"
+        return None
+    image = part.get("image_url")
+    if image is None:
+        return f"Missing required parameter: '{where}.image_url'.", f"{where}.image_url"
+    if not isinstance(image, dict):
+        return _bad_type(f"{where}.image_url", "an object", image), f"{where}.image_url"
+    if not isinstance(image.get("url"), str):
+        return f"Missing required parameter: '{where}.image_url.url'.", f"{where}.image_url.url"
+    detail = image.get("detail")
+    if detail is not None and detail not in DETAILS:
+        message = f"Invalid value: '{detail}'. Supported values are: 'auto', 'low', and 'high'."
+        return message, f"{where}.image_url.detail"
     return None
 
 

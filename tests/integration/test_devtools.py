@@ -68,11 +68,6 @@ async def _seed(runtime_factory: Any, llm: Any) -> Seeded:
     return Seeded(rt, str(thread), str(bob))
 
 
-@pytest.fixture
-async def seeded(runtime_factory: Any, llm: Any) -> Seeded:
-    return await _seed(runtime_factory, llm)
-
-
 async def snapshot(pool: AsyncConnectionPool[Any], tables: tuple[str, ...]) -> dict[str, Any]:
     """Return each table's row count and a checksum of all its rows."""
     out = {}
@@ -110,7 +105,6 @@ async def test_runs_list_newest_first_with_nodes_tools_tokens(
     tool_turn = turns[2]
     assert tool_turn.thread_id == seeded.thread and tool_turn.status == "ok"
     assert tool_turn.nodes == [
-        "load_history",
         "build_context",
         "agent",
         "tools",
@@ -186,7 +180,7 @@ async def test_replay_dry_run_shows_both_replies_and_changes_no_row(
     )
     assert outcome.error is None and outcome.reply == "Barsik, of course — replayed."
     assert outcome.recorded is not None and outcome.recorded.reply == REPLIES[1]
-    assert outcome.nodes[0] == "load_history" and outcome.nodes[-1] == "save_response"
+    assert outcome.nodes[0] == "build_context" and outcome.nodes[-1] == "save_response"
     assert outcome.model_seen == "gpt-4.1-mini" and outcome.hidden_messages == 6
     # The model saw the conversation as it was at turn 2: nothing of turn 3.
     request = llm.requests_for("gpt-4.1-mini")[0]
@@ -482,3 +476,28 @@ def _as_url(dsn: str) -> str:
     dbname = str(info.pop("dbname", "") or "")
     query = urlencode({k: str(v) for k, v in info.items() if v is not None}, quote_via=quote)
     return f"postgresql:///{quote(dbname)}?{query}"
+
+
+async def test_runs_and_replay_show_the_model_the_user_chose(
+    runtime_factory: Any, pool: AsyncConnectionPool[Any], llm: Any
+) -> None:
+    rt = await runtime_factory(model_choices="gpt-4.1-mini", fallback_model="fake-model")
+    assert await rt.service.set_model(ALICE, "gpt-4.1-mini")
+    llm.script_for("gpt-4.1-mini", "Answered by the chosen one.")
+    await rt.service.handle_message(ALICE, "Who answers?")
+    llm.fail_next(1, 500)
+    llm.script_for("fake-model", "Answered by the fallback.")
+    await rt.service.handle_message(ALICE, "And now?")
+    await rt.service.drain()
+    thread = str(await rt.deps.conversations.get_or_create_conversation(ALICE.owner_id))
+    first, second = await _alice_turns(pool, thread)
+    assert (first.model, first.fallback) == ("gpt-4.1-mini", False)
+    assert (second.model, second.fallback) == ("fake-model", True)
+    listing = format_turn_list([second, first])
+    assert "model       fake-model (fallback)" in listing and "model       gpt-4.1-mini" in listing
+    # A replay without --model runs the model the turn chose, not LLM_MODEL.
+    llm.clear()
+    llm.script_for("gpt-4.1-mini", "Replayed by the chosen one.")
+    outcome = await replay(pool, make_settings(llm), thread, first.head.checkpoint_id)
+    assert outcome.reply == "Replayed by the chosen one." and outcome.model == "gpt-4.1-mini"
+    assert [r["model"] for r in llm.requests] == ["gpt-4.1-mini"]

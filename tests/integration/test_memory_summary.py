@@ -155,16 +155,20 @@ async def test_facts_extracted_merged_and_labelled(runtime_factory: Any, llm: An
     assert [line.split("] ", 2)[-1] for line in extracted] == list(ANNA_SAYS[:8])
 
     await rt.service.handle_message(ANNA, "Посоветуй, какой чай заварить вечером")
-    system = llm.requests_for("gpt-4o-mini")[-1]["messages"][0]["content"]
+    sent = llm.requests_for("gpt-4o-mini")[-1]["messages"]
+    system, current = sent[0]["content"], sent[-1]["content"]
     assert "- name: Анна" in system and "- city: Казань" in system
-    assert "- [preference] tea: улун" in system and "[hypothesis] slow_service" in system
     assert system.index("- name: Анна") < system.index("- city: Казань")  # importance 9 > 7
+    # Tastes and guesses follow the message they may personalize, not the system prompt.
+    assert "[preference]" not in system and "[hypothesis]" not in system
+    assert "- [preference] tea: улун" in current and "[hypothesis] slow_service" in current
 
     await rt.service.handle_message(ANNA, "Проанализируй объективно, почему тормозит сервис")
-    system = llm.requests_for("gpt-4o-mini")[-1]["messages"][0]["content"]
-    assert "- name: Анна" in system
-    assert "- [preference] tea" not in system and "[hypothesis]" not in system
-    assert prompts.FACTS_OBJECTIVE_NOTE in system
+    sent = llm.requests_for("gpt-4o-mini")[-1]["messages"]
+    assert "- [preference]" not in sent[0]["content"] and "- name: Анна" in sent[0]["content"]
+    current = sent[-1]["content"]
+    assert "- [preference] tea" not in current and "[hypothesis]" not in current
+    assert prompts.FACTS_OBJECTIVE_NOTE in current
 
 
 @pytest.mark.parametrize("strategy", ["summarize", "semantic", "keyvalue"])

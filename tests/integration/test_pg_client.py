@@ -20,6 +20,7 @@ import pytest
 from src.config import load_settings
 from src.storage.pg_client import (
     DatabaseUnavailable,
+    check_connection,
     describe_dsn,
     open_pool,
     open_pool_from_settings,
@@ -205,3 +206,22 @@ def test_too_long_data_dir_from_settings(monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert settings.uses_embedded_db
     with pytest.raises(DatabaseUnavailable, match="TGAGENT_DATA_DIR"):
         resolve_dsn(settings)
+
+
+async def test_a_connection_the_server_closed_is_replaced(pg_dsn: str) -> None:
+    """The pool's check reads the server's goodbye (no query): the pool lends a new one."""
+    pool = await open_pool(pg_dsn, 1, 1)
+    try:
+        async with pool.connection() as conn:
+            pid = conn.info.backend_pid
+        async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as admin:
+            await admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        await asyncio.sleep(0.2)  # the goodbye reaches the client's socket
+        async with pool.connection() as conn:
+            row = await (await conn.execute("SELECT pg_backend_pid() AS pid")).fetchone()
+        assert row is not None and row["pid"] != pid
+        async with pool.connection() as conn:
+            await check_connection(conn)  # a healthy connection passes, and stays usable
+            assert (await (await conn.execute("SELECT 1 AS one")).fetchone()) == {"one": 1}
+    finally:
+        await pool.close()

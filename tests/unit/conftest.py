@@ -11,6 +11,7 @@ from src.bot.app import build_application
 from tests.conftest import make_settings
 from tests.fakes.bot_api_server import FakeBotAPI
 from tests.fakes.offline_bot import TOKEN, OfflineRequest
+from tests.fakes.openai_server import FakeOpenAI
 
 
 @pytest.fixture
@@ -31,6 +32,13 @@ async def bot(request: pytest.FixtureRequest, factory: FakeBotAPI) -> AsyncItera
         yield app, offline
     finally:
         await app.shutdown()
+
+
+@pytest.fixture
+def srv(fake_llm: FakeOpenAI) -> FakeOpenAI:
+    """Return the session's fake model server, reset to its defaults."""
+    fake_llm.reset()
+    return fake_llm
 
 
 @pytest.fixture(scope="session")

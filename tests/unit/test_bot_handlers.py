@@ -38,14 +38,17 @@ async def test_start_help_and_unknown_command(bot: Any, factory: FakeBotAPI) -> 
     ]
 
 
-async def test_media_get_a_clear_answer(bot: Any, factory: FakeBotAPI) -> None:
+async def test_what_cannot_be_read_gets_a_clear_answer(bot: Any, factory: FakeBotAPI) -> None:
+    # Voice notes, photos and documents are read (tests/e2e/test_media.py); the rest is not.
     app, offline = bot
-    for push in (factory.push_photo, factory.push_sticker, factory.push_voice):
-        push(1)
-        await feed(app, factory)
-    factory.push_document(1, language_code="en")
+    factory.push_sticker(1)
     await feed(app, factory)
-    assert offline.texts() == [t("not_text", "ru")] * 3 + [t("not_text", "en")]
+    location = {"location": {"latitude": 55.75, "longitude": 37.62}}
+    factory.push_update({"message": factory._message(1) | location})
+    await feed(app, factory)
+    factory.push_update({"message": factory._message(1, language_code="en") | location})
+    await feed(app, factory)
+    assert offline.texts() == [t("not_text", "ru")] * 2 + [t("not_text", "en")]
 
 
 async def test_edits_channel_posts_and_group_chatter_are_silent(

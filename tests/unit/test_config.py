@@ -57,6 +57,52 @@ def test_env_file_in_working_directory_is_read(tmp_path: Path) -> None:
     assert load().max_context == 30
 
 
+def test_an_empty_transcribe_model_turns_transcription_off(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    assert load().transcribe_model == "whisper-1" and load().transcription_on
+    # In the environment: empty (or "off") means off, where other empty variables are unset.
+    monkeypatch.setenv("TRANSCRIBE_MODEL", "")
+    monkeypatch.setenv("MODEL_CONTEXT_LIMITS", "")
+    assert not load().transcription_on and load().model_context_limits == {}
+    monkeypatch.setenv("TRANSCRIBE_MODEL", "off")
+    assert not load().transcription_on
+    monkeypatch.delenv("TRANSCRIBE_MODEL")
+    # In `.env` too, unless the environment sets it.
+    (tmp_path / ".env").write_text("TRANSCRIBE_MODEL=\n", encoding="utf-8")
+    assert not load_settings().transcription_on
+    assert load().transcription_on  # `.env` not read
+    monkeypatch.setenv("TRANSCRIBE_MODEL", "gpt-4o-mini-transcribe")
+    assert load_settings().transcribe_model == "gpt-4o-mini-transcribe"
+
+
+@pytest.mark.parametrize(
+    ("value", "choices", "limits"),
+    [
+        ("gpt-4.1, llama3:8b", ["gpt-4o-mini", "gpt-4.1", "llama3:8b"], [16_000, 16_000]),
+        ('["gpt-4.1"]', ["gpt-4o-mini", "gpt-4.1"], [16_000]),
+        ('{"gpt-4.1": 1000000, "llama3:8b": null}', ["gpt-4o-mini", "gpt-4.1", "llama3:8b"],
+         [1_000_000, 16_000]),
+        ("gpt-4o-mini,gpt-4.1", ["gpt-4o-mini", "gpt-4.1"], [16_000]),
+    ],
+)  # fmt: skip
+def test_model_choices_come_with_llm_model_first_and_their_limits(
+    monkeypatch: pytest.MonkeyPatch, value: str, choices: list[str], limits: list[int]
+) -> None:
+    monkeypatch.setenv("MODEL_CHOICES", value)
+    s = load()
+    assert s.choices == choices
+    assert [s.context_limit(name) for name in choices[1:]] == limits
+    monkeypatch.setenv("MODEL_CONTEXT_LIMITS", '{"gpt-4.1": 64000}')
+    assert "gpt-4.1" not in choices or load().context_limit("gpt-4.1") == 64_000
+
+
+def test_model_choices_that_are_not_json_name_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert "MODEL_CHOICES" in config_error(monkeypatch, "MODEL_CHOICES", '{"gpt-4.1": 1000')
+
+
 def test_env_parsing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ALLOWED_USER_IDS", "1,2")
     monkeypatch.setenv("ADMIN_USER_IDS", "7")

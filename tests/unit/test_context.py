@@ -11,7 +11,7 @@ from src.config import Settings
 from src.graph import prompts
 from src.graph.context.assemble import build_context
 from src.graph.context.budget import Layers, truncate_text
-from src.graph.context.sections import facts_section, needs_objectivity, system_sections
+from src.graph.context.sections import facts_sections, needs_objectivity, system_sections
 from src.graph.tokens import ApproxCounter, count_messages
 
 COUNTER = ApproxCounter()
@@ -86,19 +86,22 @@ def test_truncate_text_cuts_one_long_sentence_between_words() -> None:
 # --- facts ----------------------------------------------------------------------------
 
 
-def test_facts_ordered_by_importance_and_labelled() -> None:
+def test_facts_ordered_by_importance_soft_ones_apart_and_labelled() -> None:
     facts = [
         fact("tea", "любит зелёный чай", "preference", 4),
         fact("name", "Алексей", "fact", 9),
         fact("budget", "не больше 300 тысяч", "constraint", 8),
         fact("db", "возможно, тормозит база", "hypothesis", 6),
     ]
-    text = facts_section(facts, 500, COUNTER, objective=False, limit=30)
-    lines = text.splitlines()
-    assert lines[0] == prompts.FACTS_HEADER and lines[1] == prompts.FACTS_SOFT_NOTE
-    assert lines[2:] == [
+    stable, soft = facts_sections(facts, 500, COUNTER, objective=False, limit=30)
+    assert stable.splitlines() == [
+        prompts.FACTS_HEADER,
         "- name: Алексей",
         "- [constraint] budget: не больше 300 тысяч",
+    ]
+    assert soft.splitlines() == [
+        prompts.SOFT_FACTS_HEADER,
+        prompts.FACTS_SOFT_NOTE,
         "- [hypothesis] db: возможно, тормозит база",
         "- [preference] tea: любит зелёный чай",
     ]
@@ -106,18 +109,25 @@ def test_facts_ordered_by_importance_and_labelled() -> None:
 
 def test_objective_facts_leave_preferences_and_hypotheses_out() -> None:
     facts = [fact("tea", "чай", "preference", 10), fact("name", "Алексей", "fact", 1)]
-    text = facts_section(facts, 500, COUNTER, objective=True, limit=30)
-    assert "tea" not in text and "- name: Алексей" in text
-    assert prompts.FACTS_OBJECTIVE_NOTE in text
+    stable, soft = facts_sections(facts, 500, COUNTER, objective=True, limit=30)
+    assert stable == prompts.FACTS_HEADER + "\n- name: Алексей"
+    assert soft == prompts.FACTS_OBJECTIVE_NOTE
+    # The same stable part either way: the system prompt does not change with the request.
+    assert facts_sections(facts, 500, COUNTER, objective=False, limit=30)[0] == stable
+    assert facts_sections(facts[1:], 500, COUNTER, objective=True, limit=30) == (stable, "")
 
 
 def test_facts_within_budget_and_limit() -> None:
     facts = [fact(f"k{i}", "значение " * 5, importance=10 - i % 10) for i in range(100)]
-    text = facts_section(facts, 120, COUNTER, objective=False, limit=30)
-    assert COUNTER.count(text) <= 120
-    assert "- k0:" in text  # the most important first
-    assert facts_section(facts, 1000, COUNTER, objective=False, limit=3).count("\n- ") == 3
-    assert facts_section(facts, 5, COUNTER, objective=False, limit=30) == ""
+    stable, _ = facts_sections(facts, 120, COUNTER, objective=False, limit=30)
+    assert COUNTER.count(stable) <= 120
+    assert "- k0:" in stable  # the most important first
+    three, _ = facts_sections(facts, 1000, COUNTER, objective=False, limit=3)
+    assert three.count("\n- ") == 3
+    assert facts_sections(facts, 5, COUNTER, objective=False, limit=30) == ("", "")
+    mixed = [fact(f"p{i}", "значение " * 5, "preference", 9) for i in range(20)] + facts
+    stable, soft = facts_sections(mixed, 300, COUNTER, objective=False, limit=30)
+    assert COUNTER.count(stable) + COUNTER.count(soft) <= 300
 
 
 @pytest.mark.parametrize(
@@ -167,7 +177,9 @@ def test_the_time_stamp_is_not_the_request() -> None:
         ("never", "Проанализируй, почему тормозит сервис", True),
     ],
 )
-def test_objectivity_switch_in_the_system_prompt(mode: str, text: str, soft_shown: bool) -> None:
+def test_objectivity_switch_after_the_current_message(
+    mode: str, text: str, soft_shown: bool
+) -> None:
     facts = [
         fact("tea", "любит улун", "preference", 7),
         fact("slow_db", "считает, что виновата база", "hypothesis", 7),
@@ -176,10 +188,16 @@ def test_objectivity_switch_in_the_system_prompt(mode: str, text: str, soft_show
     messages, _, _ = build_context(
         state(facts=facts, input_text=text), settings(facts_objective_mode=mode), COUNTER
     )
-    system = messages[0].text
-    assert "- name: Алексей" in system
-    assert ("[preference] tea: любит улун" in system) is soft_shown
-    assert ("[hypothesis] slow_db" in system) is soft_shown
+    system, current = messages[0].text, messages[-1].text
+    assert "- name: Алексей" in system and "[preference]" not in system
+    # The system prompt is the same whatever the request: a cache reuses it.
+    other, _, _ = build_context(state(facts=facts), settings(), COUNTER)
+    assert other[0].text == system
+    assert current.startswith("[1] User: " + text)
+    assert ("[preference] tea: любит улун" in current) is soft_shown
+    assert ("[hypothesis] slow_db" in current) is soft_shown
+    assert (prompts.FACTS_OBJECTIVE_NOTE in current) is not soft_shown
+    assert current.count(prompts.MEMORY_OPEN) == 1 and current.endswith(prompts.MEMORY_CLOSE)
 
 
 # --- previous conversations and summary -----------------------------------------------

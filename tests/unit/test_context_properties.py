@@ -143,7 +143,7 @@ def test_context_invariants(
     # The system prompt and the current message are always there, first and last.
     assert isinstance(messages[0], SystemMessage)
     assert messages[0].text.startswith(prompts.SYSTEM_PROMPT)
-    assert isinstance(messages[-1], HumanMessage) and messages[-1].text.endswith(current)
+    assert isinstance(messages[-1], HumanMessage) and current in messages[-1].text
     assert snapshot[-1]["id"] == 10_000 and len(snapshot) == len(messages) - 1
 
     # The budget is never exceeded, unless the two messages that must go cannot fit.
@@ -158,7 +158,7 @@ def test_context_invariants(
 
     # Each layer of the system prompt stays within its own budget.
     sections = system_sections(state, layers, COUNTER, config)
-    assert COUNTER.count(sections["facts"]) <= layers.facts
+    assert COUNTER.count(sections["facts"]) + COUNTER.count(sections["soft"]) <= layers.facts
     summary_layer = sections["previous"] + "\n\n" + sections["summary"]
     assert COUNTER.count(summary_layer.strip()) <= layers.summary + 1
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 
 import openai
 import pytest
@@ -14,18 +13,6 @@ from langchain_openai import ChatOpenAI
 from tests.fakes.openai_server import FakeOpenAI
 
 REPLY = "one two  three\nfour five"
-
-
-@pytest.fixture(scope="module")
-def oai() -> Iterator[FakeOpenAI]:
-    with FakeOpenAI() as srv:
-        yield srv
-
-
-@pytest.fixture()
-def srv(oai: FakeOpenAI) -> FakeOpenAI:
-    oai.reset()
-    return oai
 
 
 def client(srv: FakeOpenAI, timeout: float = 10.0) -> openai.AsyncOpenAI:
@@ -177,3 +164,24 @@ async def test_dropped_connection_and_plain_calls_are_not_cancelled_streams(
     srv.stream_delay, srv.stream_words = 1.0, True
     srv.reset()
     assert (srv.cancelled_streams, srv.stream_delay, srv.stream_words) == (0, 0.0, False)
+
+
+async def test_a_request_ending_after_a_reset_leaves_the_new_records_alone(
+    srv: FakeOpenAI,
+) -> None:
+    """A previous test's request that ends after the next test's reset adds no timing and
+    no cancelled stream to that test's records."""
+    srv.stream_delay = 0.2
+    srv.stream_words = True
+    srv.script("a b c d e f g h")
+    async with client(srv) as sdk:
+        stream = await sdk.chat.completions.create(
+            model="fake-model", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        async for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                break
+        srv.reset()  # what the next test's fixture does while this stream is still open
+        await stream.close()
+    await wait_until(lambda: srv.in_flight == 0)
+    assert srv.timings == [] and srv.cancelled_streams == 0 and srv.requests == []

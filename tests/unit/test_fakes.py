@@ -113,6 +113,19 @@ def test_streaming(srv: FakeOpenAI) -> None:
     assert model.invoke("y").tool_calls[0]["name"] == "f"
 
 
+def test_usage_cached_and_missing(srv: FakeOpenAI) -> None:
+    """Report cached prompt tokens when asked; report no usage at all, streamed or not."""
+    srv.cached_prompt_tokens = 3
+    reply = llm(srv).invoke("a prompt long enough to have some tokens")
+    assert reply.usage_metadata is not None
+    assert reply.usage_metadata.get("input_token_details", {}).get("cache_read") == 3
+    srv.reset()
+    srv.reports_usage = False
+    assert llm(srv).invoke("x").usage_metadata is None
+    assert llm(srv, streaming=True, stream_usage=True).invoke("y").usage_metadata is None
+    assert srv.requests[-1]["stream_options"] == {"include_usage": True}
+
+
 LONG = "".join(f"word{i:03d} " for i in range(100))  # 800 characters, 200 fake tokens
 
 

@@ -53,3 +53,21 @@ def test_was_cut() -> None:
     assert was_cut(AIMessage("x", response_metadata={"finish_reason": "length"}))
     assert not was_cut(AIMessage("x", response_metadata={"finish_reason": "stop"}))
     assert not was_cut(AIMessage("x"))
+
+
+def test_messages_and_tools_travel_as_ready_json() -> None:
+    """The OpenAI client gets empty messages (nothing to walk) and the real ones, with the
+    tools, in extra_body; a structured-output request keeps them as arguments."""
+    settings = Settings(_env_file=None, openai_base_url="http://127.0.0.1:1/v1")  # type: ignore[call-arg]
+    model = make_chat_model(settings)
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    bound = model.bind_tools([tool])
+    payload = model._get_request_payload("hi", **bound.kwargs)  # type: ignore[attr-defined]
+    assert payload["messages"] == [] and "tools" not in payload
+    assert payload["extra_body"]["messages"] == [{"role": "user", "content": "hi"}]
+    assert payload["extra_body"]["tools"][0]["function"]["name"] == "f"
+    assert payload["max_tokens"] == settings.llm_max_output_tokens
+    schema = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
+    structured = model._get_request_payload("hi", response_format=schema)
+    assert structured["messages"] == [{"role": "user", "content": "hi"}]
+    assert "messages" not in (structured.get("extra_body") or {})

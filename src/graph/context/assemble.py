@@ -11,19 +11,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from langchain_core.messages import BaseMessage, SystemMessage
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from src.config import Settings
 from src.graph import prompts
 from src.graph.context.budget import Layers
 from src.graph.context.render import Row, label, render_row, row_tokens
-from src.graph.context.sections import system_prompt
+from src.graph.context.sections import memory_section, system_prompt, system_sections
 from src.graph.context.working import Unit, group_units, select_recent, select_scored
 from src.graph.tokens import TokenCounter, count_messages
 
 
 def _render(
-    system: SystemMessage, units: list[Unit], current: Row, numbering: str
+    system: SystemMessage, units: list[Unit], current: Row, numbering: str, note: str
 ) -> tuple[list[BaseMessage], list[Row]]:
     rows = [row for unit in units for row in unit] + [current]
     messages: list[BaseMessage] = [system]
@@ -31,6 +31,8 @@ def _render(
     for position, row in enumerate(rows, start=1):
         messages.append(render_row(row, label(row, position, numbering)))
         snapshot.append({"id": row["id"], "number": row["number"], "role": row["role"]})
+    if note:
+        messages[-1] = HumanMessage(f"{messages[-1].text}\n\n{note}")
     return messages, snapshot
 
 
@@ -43,7 +45,7 @@ def build_context(
     model's positions (seed 003) resolve against it. `reserve` tokens of the input budget
     are left for what is sent besides the messages: the tools' schemas.
     """
-    layers = Layers.for_model(settings, settings.llm_model, reserve)
+    layers = Layers.for_model(settings, state.get("model") or settings.llm_model, reserve)
     numbering = settings.frs_numbering
     current: Row = {
         "id": state.get("input_message_id"),
@@ -58,17 +60,21 @@ def build_context(
     def cost(row: Row) -> int:
         return row_tokens(row, counter, widest)
 
-    system = SystemMessage(system_prompt(state, layers, counter, settings))
+    sections = system_sections(state, layers, counter, settings)
+    system = SystemMessage(system_prompt(sections))
+    # Preferences and hypotheses follow the current message: see `facts_sections`.
+    note = memory_section([sections["soft"]])
     fixed = count_messages([system], counter) + cost(current)
+    fixed += counter.count(note) + 1 if note else 0
     if fixed > layers.total:
         # Too small a budget for the optional layers: keep only what must be sent.
-        system = SystemMessage(prompts.SYSTEM_PROMPT)
+        system, note = SystemMessage(prompts.SYSTEM_PROMPT), ""
         fixed = count_messages([system], counter) + cost(current)
     budget = max(0, min(layers.working, layers.total - fixed))
     select = select_scored if settings.context_selection == "scored" else select_recent
     units = select(group_units(history), budget, cost)
     while True:
-        messages, snapshot = _render(system, units, current, numbering)
+        messages, snapshot = _render(system, units, current, numbering, note)
         working = count_messages(messages[1:-1], counter)
         tokens = count_messages(messages, counter)
         # Counting a whole message may differ from the estimate: drop the oldest unit.

@@ -65,35 +65,39 @@ def fact_line(fact: Row) -> str:
     return defuse(f"- {_TYPE_LABELS.get(fact['type'], '')}{fact['key']}: {fact['value']}")
 
 
-def facts_section(
+def facts_sections(
     facts: Sequence[Row], budget: int, counter: TokenCounter, objective: bool, limit: int
-) -> str:
-    """Return the facts layer within `budget`: most important first, soft ones labelled."""
-    chosen = [f for f in facts if not (objective and f.get("type") in SOFT_TYPES)]
+) -> tuple[str, str]:
+    """Return the facts layer within `budget`, most important first, in two parts.
+
+    The first (facts and constraints) goes in the system prompt. It does not depend on
+    the message being answered, so the prompt's prefix stays the same from turn to turn
+    for a cache. The second (preferences and hypotheses, labelled) follows the user's
+    current message, and only when the request does not need an objective answer; then
+    it is a note that they were left out, if there were any. The selection itself does
+    not depend on the request: both parts share the budget the same way every turn.
+    """
     # Stable: equal importance keeps the repository's order (newest first).
-    chosen.sort(key=lambda f: -int(f.get("importance") or 0))
-    has_soft = any(f.get("type") in SOFT_TYPES for f in chosen)
-    header = prompts.FACTS_HEADER
+    ranked = sorted(facts, key=lambda f: -int(f.get("importance") or 0))[:limit]
+    soft_header = prompts.SOFT_FACTS_HEADER + "\n" + prompts.FACTS_SOFT_NOTE
+    has_soft = any(f.get("type") in SOFT_TYPES for f in ranked)
+    left = budget - counter.count(prompts.FACTS_HEADER) - 1
     if has_soft:
-        header += "\n" + prompts.FACTS_SOFT_NOTE
-    elif objective and len(chosen) < len(facts):
-        header += "\n" + prompts.FACTS_OBJECTIVE_NOTE
-    left = budget - counter.count(header) - 1
-    lines: list[str] = []
-    for fact in chosen[:limit]:
+        left -= counter.count(soft_header) + 1
+    hard: list[str] = []
+    soft: list[str] = []
+    for fact in ranked:
         line = fact_line(fact)
         cost = counter.count(line) + 1
         if cost <= left:
-            lines.append(line)
+            (soft if fact.get("type") in SOFT_TYPES else hard).append(line)
             left -= cost
-    if not lines:
-        return ""
-    text = header + "\n" + "\n".join(lines)
-    # The note may promise labelled lines the budget left out; the count is what matters.
-    while lines and counter.count(text) > budget:
-        lines.pop()
-        text = header + "\n" + "\n".join(lines)
-    return text if lines else ""
+    stable = prompts.FACTS_HEADER + "\n" + "\n".join(hard) if hard else ""
+    if not soft:
+        return stable, ""
+    if objective:
+        return stable, prompts.FACTS_OBJECTIVE_NOTE
+    return stable, soft_header + "\n" + "\n".join(soft)
 
 
 def compact_line(compact: Row, zone: ZoneInfo) -> str:
@@ -143,27 +147,31 @@ def summary_section(summary: str, budget: int, counter: TokenCounter) -> str:
 def system_sections(
     state: dict[str, Any], layers: Layers, counter: TokenCounter, settings: Settings
 ) -> dict[str, str]:
-    """Return the system prompt's parts, each within its layer's budget.
+    """Return the prompt's memory parts, each within its layer's budget.
 
     `summary` shares BUDGET_SUMMARY with `previous`: previous conversations get at most
     a third of it, the running summary the rest. Every compact in the state belongs to a
-    session that has ended, this conversation's earlier sessions included.
+    session that has ended, this conversation's earlier sessions included. `soft` (the
+    user's preferences and hypotheses, or the note that an objective request leaves them
+    out) is sent after the current message, not in the system prompt.
     """
     objective = needs_objectivity(state.get("input_text", ""), settings.facts_objective_mode)
     compacts = list(state.get("compacts") or [])[: settings.compacts_in_prompt]
     previous = compacts_section(compacts, layers.summary // 3, counter, settings.zone)
     used = counter.count(previous) + 2 if previous else 0
+    facts, soft = facts_sections(
+        state.get("facts") or [],
+        layers.facts,
+        counter,
+        objective,
+        settings.max_facts_in_prompt,
+    )
     return {
         "base": prompts.SYSTEM_PROMPT,
-        "facts": facts_section(
-            state.get("facts") or [],
-            layers.facts,
-            counter,
-            objective,
-            settings.max_facts_in_prompt,
-        ),
         "previous": previous,
+        "facts": facts,
         "summary": summary_section(state.get("summary") or "", layers.summary - used, counter),
+        "soft": soft,
     }
 
 
@@ -173,10 +181,12 @@ def memory_section(parts: Sequence[str]) -> str:
     return f"{prompts.MEMORY_OPEN}\n{body}\n{prompts.MEMORY_CLOSE}" if body else ""
 
 
-def system_prompt(
-    state: dict[str, Any], layers: Layers, counter: TokenCounter, settings: Settings
-) -> str:
-    """Return the base prompt followed by the memory section (facts, previous, summary)."""
-    sections = system_sections(state, layers, counter, settings)
-    memory = memory_section([sections["facts"], sections["previous"], sections["summary"]])
+def system_prompt(sections: dict[str, str]) -> str:
+    """Return the base prompt followed by the memory section.
+
+    What changes least comes first, for a prompt cache: previous conversations (when a
+    session ends), facts (when extracted), the running summary (when messages leave the
+    window).
+    """
+    memory = memory_section([sections["previous"], sections["facts"], sections["summary"]])
     return sections["base"] + ("\n\n" + memory if memory else "")

@@ -31,6 +31,7 @@ from src.graph.deps import GraphDeps
 from src.graph.frs.thread import protected_from
 from src.graph.frs.tools import make_frs_tools
 from src.graph.main_graph import tool_error_message
+from src.graph.model_calls import call_config
 from src.graph.tokens import count_messages
 
 REQUESTED_BY = "user:/compress"
@@ -140,7 +141,9 @@ async def run_compression(
         "messages": messages,
         "rounds": 0,
     }
-    final = await graph.ainvoke(state, {"recursion_limit": 4 * deps.settings.max_tool_rounds + 8})
+    config = call_config("compress", owner_id, conversation_id)
+    config["recursion_limit"] = 4 * deps.settings.max_tool_rounds + 8
+    final = await graph.ainvoke(state, config)
     for message in final["messages"]:
         artifact = message.artifact if isinstance(message, ToolMessage) else None
         if isinstance(artifact, dict) and "squash_id" in artifact:

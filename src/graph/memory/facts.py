@@ -26,6 +26,7 @@ from src.graph import prompts
 from src.graph.deps import GraphDeps
 from src.graph.memory.structured import CutAnswer, load_json, object_schema
 from src.graph.memory.summarizer import summary_limits, take_batch
+from src.graph.model_calls import call_config
 from src.graph.output_caps import FACTS_TOKENS, with_output_cap
 from src.storage.memory_repo import FACT_TYPES
 
@@ -207,7 +208,8 @@ async def extract_batch(deps: GraphDeps, batch: Batch) -> int:
         messages = [SystemMessage(prompts.FACTS_SYSTEM), HumanMessage(prompt)]
         model = with_output_cap(deps.summary_model, FACTS_TOKENS)
         try:
-            data, raw = await deps.json_answers.ask(model, messages, FACTS_SCHEMA)
+            config = call_config("facts", batch.owner_id, batch.conversation_id)
+            data, raw = await deps.json_answers.ask(model, messages, FACTS_SCHEMA, config)
         except CutAnswer as exc:
             # Cut again if asked again: unreadable, so logged below and the batch marked.
             data, raw = None, exc.text

@@ -19,6 +19,7 @@ from typing import Any
 import openai
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
+from langchain_core.runnables import RunnableConfig
 
 from src.graph.output_caps import was_cut
 
@@ -97,9 +98,15 @@ class JsonAnswers:
     """Models whose endpoint answered that it does not support structured output."""
 
     async def ask(
-        self, model: BaseChatModel, messages: Sequence[BaseMessage], schema: dict[str, Any]
+        self,
+        model: BaseChatModel,
+        messages: Sequence[BaseMessage],
+        schema: dict[str, Any],
+        config: RunnableConfig | None = None,
     ) -> tuple[Any, str]:
         """Return (the JSON value, the raw text) of the model's answer.
+
+        `config` goes with the model calls (what they are for and whose: usage records).
 
         The value is None when nothing in the answer parses. An answer cut at the output
         cap raises CutAnswer. Model errors other than a refused schema propagate: the
@@ -115,7 +122,7 @@ class JsonAnswers:
                 self.refused.add(name)  # a model class without structured output
             else:
                 try:
-                    out = await runnable.ainvoke(list(messages))
+                    out = await runnable.ainvoke(list(messages), config)
                 except openai.LengthFinishReasonError as exc:
                     raise CutAnswer(_cut_text(exc)) from exc
                 except Exception as exc:
@@ -133,7 +140,7 @@ class JsonAnswers:
                     text = raw.text if isinstance(raw, BaseMessage) else str(raw or "")
                     parsed = out.get("parsed")
                     return (parsed if parsed is not None else load_json(text)), text
-        answer = await model.ainvoke(list(messages))
+        answer = await model.ainvoke(list(messages), config)
         if was_cut(answer):
             raise CutAnswer(answer.text)
         return load_json(answer.text), answer.text

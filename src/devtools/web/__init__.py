@@ -1,0 +1,1 @@
+"""`tgagent web`: a local page for the graph, its runs node by node, and replays."""

@@ -1,0 +1,231 @@
+"""Record every model call (issue 18): a LangChain callback on every chat model, and
+direct records for embeddings and transcriptions.
+
+Tokens come from the endpoint's `usage` (streams too: `stream_usage=True`); when it
+reports none they are counted with the project's token counter and marked `estimated`.
+Records are written in the background, one cheap INSERT each: a failed write is logged,
+never raised into the call that was recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+from langchain_core.callbacks import AsyncCallbackHandler
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, LLMResult
+from psycopg_pool import AsyncConnectionPool
+
+from src.config import Settings
+from src.graph.model_calls import ambient_metadata, purpose_of
+from src.graph.tokens import TokenCounter, count_messages, message_text
+from src.services.budget import Budget
+from src.storage.usage_repo import CallRecord, UsageRepository
+
+logger = logging.getLogger(__name__)
+
+Model = TypeVar("Model", bound=BaseChatModel)
+
+
+@dataclass
+class _Started:
+    """A chat model call under way: what the record needs from its start."""
+
+    at: float
+    metadata: dict[str, Any]
+    model: str
+    messages: Sequence[BaseMessage]
+
+
+def _usage_of(response: LLMResult) -> tuple[int, int, int] | None:
+    """Return (input, cached, output) tokens the endpoint reported, or None."""
+    for generations in response.generations:
+        for generation in generations:
+            message = generation.message if isinstance(generation, ChatGeneration) else None
+            usage = message.usage_metadata if isinstance(message, AIMessage) else None
+            if usage:
+                cached = (usage.get("input_token_details") or {}).get("cache_read") or 0
+                return usage["input_tokens"], int(cached), usage["output_tokens"]
+    token_usage = (response.llm_output or {}).get("token_usage") or {}
+    if "prompt_tokens" not in token_usage:
+        return None
+    details = token_usage.get("prompt_tokens_details") or {}
+    return (
+        int(token_usage["prompt_tokens"]),
+        int(details.get("cached_tokens") or 0),
+        int(token_usage.get("completion_tokens") or 0),
+    )
+
+
+def _output_text(response: LLMResult | None) -> str:
+    """Return what the model wrote (text and tool calls' arguments), for estimates."""
+    parts: list[str] = []
+    for generations in response.generations if response is not None else []:
+        for generation in generations:
+            message = generation.message if isinstance(generation, ChatGeneration) else None
+            if isinstance(message, AIMessage):
+                parts.append(message_text(message))
+    return "\n".join(p for p in parts if p)
+
+
+class UsageRecorder(AsyncCallbackHandler):
+    """Store one `llm_calls` row per model call; attach it to every chat model."""
+
+    def __init__(self, repo: UsageRepository, counter: TokenCounter) -> None:
+        self.repo = repo
+        self.counter = counter
+        self._started: dict[uuid.UUID, _Started] = {}
+        self._writes: set[asyncio.Task[None]] = set()
+
+    # --- chat models (LangChain callbacks) -------------------------------------------
+
+    async def on_chat_model_start(
+        self,
+        serialized: dict[str, Any],
+        messages: list[list[BaseMessage]],
+        *,
+        run_id: uuid.UUID,
+        parent_run_id: uuid.UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Note when the call started, whose it is, and its prompt (for an estimate)."""
+        metadata = dict(metadata or {})
+        params = kwargs.get("invocation_params") or {}
+        model = str(metadata.get("ls_model_name") or params.get("model") or "unknown")
+        prompt = messages[0] if messages else []
+        self._started[run_id] = _Started(time.perf_counter(), metadata, model, prompt)
+
+    async def on_llm_end(self, response: LLMResult, *, run_id: uuid.UUID, **kwargs: Any) -> None:
+        """Record a finished call with the endpoint's usage (or an estimate)."""
+        started = self._started.pop(run_id, None)
+        if started is not None:
+            self._write(self._record(started, response, None))
+
+    async def on_llm_error(self, error: BaseException, *, run_id: uuid.UUID, **kwargs: Any) -> None:
+        """Record a failed call: no tokens, unless a stream wrote some before it ended
+        (a stopped answer is paid for up to where it stopped: estimated)."""
+        started = self._started.pop(run_id, None)
+        if started is not None:
+            self._write(self._record(started, kwargs.get("response"), error))
+
+    def _record(
+        self, started: _Started, response: LLMResult | None, error: BaseException | None
+    ) -> CallRecord:
+        meta = started.metadata
+        record = CallRecord(
+            purpose=purpose_of(meta),
+            model=started.model,
+            owner_id=_int_or_none(meta.get("owner_id")),
+            conversation_id=meta.get("conversation_id"),
+            turn_id=meta.get("turn_id"),
+            latency_ms=(time.perf_counter() - started.at) * 1000,
+        )
+        usage = _usage_of(response) if response is not None else None
+        if usage is not None:
+            record.input_tokens, record.cached_tokens, record.output_tokens = usage
+        elif error is None or _output_text(response):
+            record.input_tokens = count_messages(started.messages, self.counter)
+            record.output_tokens = self.counter.count(_output_text(response))
+            record.estimated = True
+        if error is not None:
+            record.status, record.error_class = "error", error_class(error)
+        return record
+
+    # --- other calls (embeddings, transcriptions) ---------------------------------------
+
+    def record(self, record: CallRecord) -> None:
+        """Store a call made without a chat model; owner and turn default to those of
+        the run it is made in (a tool of the turn graph)."""
+        meta = ambient_metadata()
+        if record.owner_id is None:
+            record.owner_id = _int_or_none(meta.get("owner_id"))
+            record.conversation_id = record.conversation_id or meta.get("conversation_id")
+        record.turn_id = record.turn_id or meta.get("turn_id")
+        self._write(record)
+
+    def estimate(self, texts: Sequence[str]) -> int:
+        """Return the tokens of `texts` by the project's counter."""
+        return sum(self.counter.count(text) for text in texts)
+
+    # --- writing --------------------------------------------------------------------------
+
+    def _write(self, record: CallRecord) -> None:
+        task = asyncio.get_running_loop().create_task(self._store(record))
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+
+    async def _store(self, record: CallRecord) -> None:
+        try:
+            await self.repo.add(record)
+        except Exception:
+            logger.warning(
+                "recording a %s call of %s failed", record.purpose, record.owner_id, exc_info=True
+            )
+
+    async def drain(self) -> None:
+        """Wait until every record so far is written."""
+        while self._writes:
+            await asyncio.gather(*list(self._writes), return_exceptions=True)
+
+
+def error_class(error: BaseException) -> str:
+    """Return the name of the error's class, as its client library calls it.
+
+    langchain-openai re-raises the OpenAI client's errors as its own subclasses of them
+    (`OpenAIAPIError` for an `InternalServerError`): the client's name says more.
+    """
+    for cls in type(error).__mro__:
+        if not cls.__module__.startswith("langchain"):
+            return cls.__name__
+    return type(error).__name__
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass
+class Usage:
+    """Usage accounting of one process: the calls' table, the recorder, the budgets."""
+
+    repo: UsageRepository
+    recorder: UsageRecorder
+    budget: Budget
+
+    @classmethod
+    def over(
+        cls,
+        pool: AsyncConnectionPool[Any],
+        settings: Settings,
+        counter: TokenCounter,
+        clock: Callable[[], datetime],
+    ) -> Usage:
+        """Build usage accounting over the pool."""
+        repo = UsageRepository(pool)
+        return cls(repo, UsageRecorder(repo, counter), Budget(repo, settings, clock))
+
+
+def recorded(model: Model | None, recorder: UsageRecorder) -> Model | None:
+    """Return `model` with `recorder` among its callbacks (a copy; None stays None)."""
+    if model is None:
+        return None
+    callbacks = model.callbacks
+    if isinstance(callbacks, list) and recorder in callbacks:
+        return model
+    if callbacks is not None and not isinstance(callbacks, list):
+        logger.warning("%s has a callback manager: its calls are recorded in turns only", model)
+        return model
+    return model.model_copy(update={"callbacks": [*(callbacks or []), recorder]})
