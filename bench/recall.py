@@ -72,12 +72,15 @@ from src.services.embedding_worker import EmbeddingWorker
 from src.storage.embedding_repo import EmbeddingRepository, to_bytes
 from src.storage.migrations import migrate
 from src.storage.search_repo import (
+    QUERY_TERMS,
     RRF_K,
     Rankings,
     SearchRepository,
     SemanticQuery,
     StopWordsOnly,
+    embedding_text,
     fuse,
+    parse_query,
 )
 
 RESULTS = Path(__file__).resolve().parent / "results" / "recall.json"
@@ -196,7 +199,8 @@ class Product:
         """Return the product's rankings (None: refused as stop words only)."""
         vector = None
         if semantic and self.embedder is not None:
-            vector = SemanticQuery(await self.embedder.query(query), self.embedder.model)
+            # As the tool asks: the search picks what to embed (a long query's content words).
+            vector = SemanticQuery(self.embedder.query, self.embedder.model)
         try:
             return await self.repo.rankings(owner_id, query, semantic=vector)
         except StopWordsOnly:
@@ -576,11 +580,18 @@ async def measure_latency(
 
             async def whole(text: str) -> list[dict[str, Any]]:
                 # As the tool runs it: the embedding is made while the search reads.
-                vector = SemanticQuery(embed(text), model)
+                vector = SemanticQuery(embed, model)
                 return await repo.search_messages(first_owner, text, K, semantic=vector)
 
-            # The search's own cost: the query's embedding made beforehand, untimed.
-            made = {t: await embedder.query(t) for t in asked} if embedder else {}
+            # The search's own cost: the query's embedding made beforehand (of what the
+            # search embeds: a long query's content words), untimed.
+            made = {}
+            for t in asked if embedder else []:
+                words = parse_query(t).words
+                async with pool.connection() as conn:
+                    rows = await (await conn.execute(QUERY_TERMS, (words,))).fetchall()
+                content = [r["word"] for r in rows]
+                made[t] = await embedder.query(embedding_text(t, words, content))
 
             async def ready(text: str) -> list[dict[str, Any]]:
                 vector = SemanticQuery(made[text], model)

@@ -62,9 +62,9 @@ def _snippet(content: str) -> str:
     return text[:SEARCH_SNIPPET_CHARS] + " …" if len(text) > SEARCH_SNIPPET_CHARS else text
 
 
-def semantic_query(deps: GraphDeps, query: str) -> SemanticQuery | None:
-    """Return the query's embedding, started now and made while the search reads the
-    owner's index and vectors; None when embeddings are off.
+def semantic_query(deps: GraphDeps) -> SemanticQuery | None:
+    """Return how the search embeds its query (made while it reads the owner's index and
+    vectors; a long query as its content words); None when embeddings are off.
 
     A failing or slow embedding provider never fails the search: the embedding comes out
     None, lexical search answers alone, and the log says why.
@@ -73,14 +73,14 @@ def semantic_query(deps: GraphDeps, query: str) -> SemanticQuery | None:
     if embedder is None:
         return None
 
-    async def embed() -> np.ndarray | None:
+    async def embed(text: str) -> np.ndarray | None:
         try:
-            return await asyncio.wait_for(embedder.query(query), QUERY_EMBED_SECONDS)
+            return await asyncio.wait_for(embedder.query(text), QUERY_EMBED_SECONDS)
         except Exception as exc:  # any provider failure: search without embeddings
             logger.warning("search without embeddings: %s: %s", type(exc).__name__, exc)
             return None
 
-    return SemanticQuery(asyncio.ensure_future(embed()), embedder.model)
+    return SemanticQuery(embed, embedder.model)
 
 
 def local_day(value: str | None, zone: ZoneInfo, end: bool = False) -> datetime | None:
@@ -145,7 +145,7 @@ def make_memory_tools(deps: GraphDeps) -> list[BaseTool]:
                 since=local_day(since, zone),
                 until=local_day(until, zone, end=True),
                 role=role,
-                semantic=semantic_query(deps, query),
+                semantic=semantic_query(deps),
             )
         except StopWordsOnly:
             return (

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -203,14 +203,32 @@ FUSE_DEPTH = 50
 RRF_K = 10
 
 
+# A query longer than this many words is embedded as its content words alone (stop words
+# dropped, as lexical search drops them): a local model's time grows with the words it
+# reads (multilingual-e5-small: about 1 ms a word on one core), and filler around a
+# question only blurs its vector. Shorter queries are embedded as written.
+LONG_QUERY_WORDS = 12
+
+Embed = Callable[[str], Awaitable[np.ndarray | None]]
+
+
 @dataclass(frozen=True)
 class SemanticQuery:
     """The query's embedding and the model that makes it (only its vectors compare)."""
 
-    vector: np.ndarray | Awaitable[np.ndarray | None]
-    """The embedding, or an awaitable still making it, so the search reads the owner's
+    vector: np.ndarray | Awaitable[np.ndarray | None] | Embed
+    """The embedding; an awaitable still making it; or a function making it from the
+    text the search gives it (see `LONG_QUERY_WORDS`). The search reads the owner's
     vectors and runs the lexical ranking meanwhile; None from it: search lexically."""
     model: str
+
+
+def embedding_text(query: str, words: list[str], content: list[str]) -> str:
+    """Return what the query's embedding reads: the query as written, or for a long
+    query (more than LONG_QUERY_WORDS `words`) its `content` words, in order."""
+    if len(words) <= LONG_QUERY_WORDS or not content:
+        return query
+    return " ".join(content[:MAX_QUERY_WORDS])
 
 
 def fuse(rankings: list[tuple[list[int], float]], k: int = RRF_K) -> list[int]:
@@ -307,15 +325,16 @@ class SearchRepository(Repository):
     ) -> Rankings:
         """Return the lexical and (with `semantic`) the semantic ranking, unfused, each
         FUSE_DEPTH deep; the arguments mean what they mean for `search_messages`."""
-        embedding = _start(semantic)
+        started: list[asyncio.Future[np.ndarray | None]] = []
         try:
             return await self._rankings(
-                telegram_user_id, query, exclude_id, since, until, role, semantic, embedding
+                telegram_user_id, query, exclude_id, since, until, role, semantic, started
             )
         finally:
             # A refused query, an error or a cancelled search must not leave it running.
-            if embedding is not None and not embedding.done():
-                embedding.cancel()
+            for embedding in started:
+                if not embedding.done():
+                    embedding.cancel()
 
     async def _rankings(
         self,
@@ -326,9 +345,17 @@ class SearchRepository(Repository):
         until: datetime | None,
         role: str | None,
         semantic: SemanticQuery | None,
-        embedding: asyncio.Future[np.ndarray | None] | None,
+        started: list[asyncio.Future[np.ndarray | None]],
     ) -> Rankings:
         query = clean_text(query).strip()[:500]
+        parsed = parse_query(query)
+        if self.semantic_weight == 0:
+            semantic = None
+        embedding = None
+        if not (callable(semantic and semantic.vector) and len(parsed.words) > LONG_QUERY_WORDS):
+            # Embedded as written: started now, made while the query's terms are read.
+            embedding = _start(semantic, query)
+            started.extend([embedding] if embedding is not None else [])
         if not query:
             return Rankings([], None)
         if role is not None and role not in ROLES:
@@ -341,13 +368,16 @@ class SearchRepository(Repository):
             "since": since,
             "until": until,
         }
-        parsed = parse_query(query)
-        terms: tuple[list[str], set[str]] = ([], set())
+        terms: tuple[list[str], set[str], list[str]] = ([], set(), [])
         if parsed.words:
             # Stop-word-only queries are refused before anything is ranked.
             async with self.pool.connection() as c:
                 terms = await self._terms(c, parsed)
-        lexical = self._lexical(query, *terms, params)
+        lexemes, prefixes, content = terms
+        if embedding is None and semantic is not None:
+            embedding = _start(semantic, embedding_text(query, parsed.words, content))
+            started.extend([embedding] if embedding is not None else [])
+        lexical = self._lexical(query, lexemes, prefixes, params)
         if semantic is None or embedding is None or self.semantic_weight == 0:
             return Rankings(await lexical, None)
         # Three things at once: the index lookups, the vector read (two connections) and
@@ -357,12 +387,14 @@ class SearchRepository(Repository):
         )
         return Rankings(found, closest)
 
-    async def _terms(self, c: Conn, parsed: SearchQuery) -> tuple[list[str], set[str]]:
-        """Return the query's lexemes and those asked as prefixes; refuse stop words only."""
+    async def _terms(self, c: Conn, parsed: SearchQuery) -> tuple[list[str], set[str], list[str]]:
+        """Return the query's lexemes, those asked as prefixes and its content words;
+        refuse stop words only."""
         cur = await c.execute(QUERY_TERMS, (parsed.words,))
         lexemes: list[str] = []
         prefixes: set[str] = set()
-        for row in (await cur.fetchall())[:MAX_QUERY_WORDS]:
+        rows = (await cur.fetchall())[:MAX_QUERY_WORDS]
+        for row in rows:
             for lexeme in row["lexemes"]:
                 if lexeme not in lexemes:
                     lexemes.append(lexeme)
@@ -370,7 +402,7 @@ class SearchRepository(Repository):
                     prefixes.add(lexeme)
         if not lexemes:
             raise StopWordsOnly(" ".join(parsed.words))
-        return lexemes, prefixes
+        return lexemes, prefixes, [row["word"] for row in rows]
 
     async def _lexical(
         self, query: str, lexemes: list[str], prefixes: set[str], params: dict[str, Any]
@@ -420,12 +452,16 @@ class SearchRepository(Repository):
         return cosine_ranking(ids, matrix, vector, FUSE_DEPTH)
 
 
-def _start(semantic: SemanticQuery | None) -> asyncio.Future[np.ndarray | None] | None:
-    """Return the query's embedding as a future, started now (None without one)."""
+def _start(semantic: SemanticQuery | None, text: str) -> asyncio.Future[np.ndarray | None] | None:
+    """Return the query's embedding as a future, started now (None without one); a
+    function making it is given `text`."""
     if semantic is None:
         return None
-    if isinstance(semantic.vector, np.ndarray):
+    vector = semantic.vector
+    if isinstance(vector, np.ndarray):
         done: asyncio.Future[np.ndarray | None] = asyncio.get_running_loop().create_future()
-        done.set_result(semantic.vector)
+        done.set_result(vector)
         return done
-    return asyncio.ensure_future(semantic.vector)
+    if callable(vector):
+        return asyncio.ensure_future(vector(text))
+    return asyncio.ensure_future(vector)

@@ -27,6 +27,7 @@ from src.services.agent_service import Identity
 from src.storage.conversation_repo import ConversationRepository
 from src.storage.embedding_repo import EmbeddingRepository, Pending
 from src.storage.search_repo import (
+    LONG_QUERY_WORDS,
     SearchRepository,
     SemanticQuery,
     StopWordsOnly,
@@ -311,6 +312,53 @@ async def test_a_refused_or_failed_embedding_leaves_lexical_search(pool: Pool) -
     failed = SemanticQuery(asyncio.sleep(0, None), "m")
     ranks = await search.rankings(owner, "apples", semantic=failed)
     assert ranks.lexical == [row["id"]] and ranks.semantic is None
+
+
+async def test_a_long_query_is_embedded_as_its_content_words(pool: Pool) -> None:
+    owner = next(OWNER_BLOCKS)
+    repo = ConversationRepository(pool)
+    conv = await repo.get_or_create_conversation(owner)
+    await repo.append_message(conv, "user", "my sister lives in Lisbon")
+    search = SearchRepository(pool)
+    asked: list[str] = []
+
+    async def embed(text: str) -> np.ndarray:
+        asked.append(text)
+        return np.array([1.0, 0.0], dtype=np.float32)
+
+    short = "Where does my sister live?"
+    await search.rankings(owner, short, semantic=SemanticQuery(embed, "m"))
+    # Filler, then the question: the model reads only the words lexical search keeps.
+    long = (
+        "Sorry to ask again, but I really cannot remember it right now, you told me "
+        "once before: where does my sister live?"
+    )
+    assert len(long.split()) > LONG_QUERY_WORDS
+    await search.rankings(owner, long, semantic=SemanticQuery(embed, "m"))
+    assert asked == [short, "Sorry ask really cannot remember right told sister live"]
+    # Stop words alone: refused, nothing embedded.
+    with pytest.raises(StopWordsOnly):
+        filler = "and so it is that we were there and then it was as it is"
+        await search.rankings(owner, filler, semantic=SemanticQuery(embed, "m"))
+    assert len(asked) == 2
+
+
+async def test_the_tool_embeds_a_long_query_as_its_content_words(
+    runtime_factory: Any, llm: FakeOpenAI
+) -> None:
+    rt = await runtime_factory(**EMBED)
+    long = (
+        "Извини, что опять спрашиваю, но я правда никак не могу сейчас это вспомнить, "
+        "где живёт моя сестра?"
+    )
+    await search_tool(rt, ANNA.owner_id, long)
+    await search_tool(rt, ANNA.owner_id, "где живёт моя сестра?")
+    inputs = [r["input"] for r in llm.embedding_requests if isinstance(r, dict)]
+    texts = [i[0] if isinstance(i, list) else i for i in inputs]
+    assert texts[-2:] == [
+        "Извини спрашиваю правда никак могу это вспомнить живёт сестра",
+        "где живёт моя сестра?",
+    ]
 
 
 async def test_an_owners_vectors_stay_in_memory_and_follow_the_table(pool: Pool) -> None:
