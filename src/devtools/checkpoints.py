@@ -7,7 +7,6 @@ from datetime import datetime
 from typing import Any
 
 from langgraph.checkpoint.base import CheckpointTuple
-from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg_pool import AsyncConnectionPool
 
 from src.devtools.common import (
@@ -17,6 +16,7 @@ from src.devtools.common import (
     missing_tables,
 )
 from src.devtools.turns import HEAD_SOURCES, Step, Turn, next_nodes, node_of, split_turns
+from src.storage.checkpointer import PooledPostgresSaver
 
 # A thread's checkpoints from one id on ("" for all of them): a turn's checkpoints all
 # come after its first one, so the turns that start there on are complete.
@@ -67,7 +67,9 @@ class CheckpointReader:
 
     def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
         self.pool = pool
-        self.saver = AsyncPostgresSaver(pool)
+        # The product's saver: its serializer reads the values, and a committed replay
+        # goes on with its channel versions.
+        self.saver = PooledPostgresSaver(pool)
 
     async def resolve_thread(self, text: str) -> str:
         """Return the thread whose id is `text` or starts with it."""

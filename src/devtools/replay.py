@@ -33,6 +33,7 @@ from src.devtools.turns import Turn, turn_containing
 from src.graph.main_graph import build_graph
 from src.services.factory import make_deps
 from src.services.llm_service import make_chat_model
+from src.storage.checkpointer import next_version
 
 SELECT_OWNER = "SELECT telegram_user_id FROM conversations WHERE id = %s"
 REWIND_MESSAGES = "DELETE FROM messages WHERE conversation_id = %s AND number > %s"
@@ -95,6 +96,14 @@ def messages_kept(values: dict[str, Any]) -> int | None:
     if isinstance(number, int) and isinstance(stored, int):
         return number + stored - 1
     return None
+
+
+class _MemorySaver(InMemorySaver):
+    """A dry run's saver: in memory, with the channel versions of the product's saver
+    (the run goes on from its checkpoint, and versions compare as strings)."""
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        return next_version(current)
 
 
 async def _copy_into_memory(saver: InMemorySaver, saved: CheckpointTuple) -> dict[str, Any]:
@@ -251,7 +260,7 @@ async def _run_on_copy(
     async with conn.transaction(force_rollback=True):
         outcome.hidden_messages = await _rewind(conn, conversation_id, outcome.kept_messages_upto)
         deps = make_deps(settings, cast(Any, SandboxPool(conn)), chat_model=chat)
-        saver: BaseCheckpointSaver[Any] = reader.saver if commit else InMemorySaver()
+        saver: BaseCheckpointSaver[Any] = reader.saver if commit else _MemorySaver()
         config = (
             target.saved.config
             if commit

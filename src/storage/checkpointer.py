@@ -15,6 +15,16 @@ our own tables, committed and flushed before the reply. So:
   turn's checkpoints; the turn itself runs again from the inbox.
 
 Both hook into the saver's `_cursor`, the one place its writes take a connection.
+
+Two things make a turn's checkpoints smaller (about half):
+
+- Serialized values of COMPRESS_FROM bytes or more are zlib-compressed (`checkpoint_serde`,
+  through the serializer's cipher hook: the type column says `msgpack+zlib`, values
+  written before are read as they are). A turn's context, its messages, is most of what
+  a checkpoint carries, and text compresses.
+- Channel versions are 19 characters (`0000000042.9f3c01ab`: counter, random part)
+  instead of 51: every checkpoint lists the version of every channel and what each node
+  has seen. They still sort after the long ones a thread wrote before.
 """
 
 from __future__ import annotations
@@ -23,6 +33,8 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import random
+import zlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,12 +48,61 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
 )
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.checkpoint.serde.base import CipherProtocol, SerializerProtocol
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 logger = logging.getLogger(__name__)
 
 # For the rest of the transaction only.
 ASYNC_COMMIT = "SET LOCAL synchronous_commit = off"
+# Serialized values this long or longer are compressed; shorter ones would barely shrink.
+COMPRESS_FROM = 256
+# zlib's fastest level: a turn's context (about 10 KB) in well under a millisecond, and
+# within a few percent of the default level's size on chat text.
+COMPRESS_LEVEL = 1
+
+
+class ZlibCodec(CipherProtocol):
+    """Compression as the checkpoint serializer's cipher: `zlib` for long values, `raw`
+    for short ones."""
+
+    def encrypt(self, plaintext: bytes) -> tuple[str, bytes]:
+        if len(plaintext) < COMPRESS_FROM:
+            return "raw", plaintext
+        return "zlib", zlib.compress(plaintext, COMPRESS_LEVEL)
+
+    def decrypt(self, ciphername: str, ciphertext: bytes) -> bytes:
+        if ciphername == "raw":
+            return ciphertext
+        if ciphername == "zlib":
+            return zlib.decompress(ciphertext)
+        raise ValueError(f"unknown checkpoint encoding {ciphername!r}")
+
+
+def next_version(current: str | int | None) -> str:
+    """Return the channel version after `current`: a counter and a random part, 19 chars.
+
+    Versions compare as strings, so a saver that continues a thread of ours (a replay's
+    in-memory one) must make them the same way: LangGraph's own 51-character versions
+    would sort before these.
+    """
+    if current is None:
+        counter = 0
+    elif isinstance(current, int):
+        counter = current
+    else:
+        counter = int(current.split(".")[0])
+    # The random part tells apart the versions of two forks of a thread (a replay): their
+    # values are stored under (thread, channel, version).
+    return f"{counter + 1:010}.{random.getrandbits(32):08x}"
+
+
+def checkpoint_serde() -> SerializerProtocol:
+    """Return the serializer of tgagent's checkpoints (LangGraph's own, compressed);
+    whatever reads them needs it."""
+    return EncryptedSerializer(ZlibCodec(), JsonPlusSerializer())
 
 
 @dataclass
@@ -94,7 +155,7 @@ class PooledPostgresSaver(AsyncPostgresSaver):
     """
 
     def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
-        super().__init__(pool)
+        super().__init__(pool, serde=checkpoint_serde())
         self.pool = pool
         self.lock = contextlib.nullcontext()  # type: ignore[assignment]
         self._pending: dict[str, _Pending] = {}
@@ -160,6 +221,9 @@ class PooledPostgresSaver(AsyncPostgresSaver):
             _RECORDING.reset(token)
             if pending is not None and pending.closed:
                 await self._write(thread_id, pending)  # it came after the turn's end
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        return next_version(current)
 
     async def aput(
         self,

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
+from langchain_core.messages import AIMessage, AnyMessage
 from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from bench.harness import DbCounter
+from src.devtools.checkpoints import CheckpointReader
 from src.services.agent_service import Identity
 from src.storage.checkpointer import PooledPostgresSaver
 from tests.fakes.openai_server import FakeOpenAI
@@ -130,3 +135,100 @@ async def test_a_flush_cancelled_midway_still_stores(
                 break
             await asyncio.sleep(0.02)
         assert await stored(pool, "t3") == (1, 1)
+
+
+class State(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+def counting_graph(saver: Any) -> Any:
+    """A graph whose state keeps every message: `add` appends one."""
+
+    def add(state: State) -> dict[str, Any]:
+        return {"messages": [AIMessage(f"reply {len(state['messages'])}")]}
+
+    builder = StateGraph(State)
+    builder.add_node("add", add)
+    builder.add_edge(START, "add")
+    builder.add_edge("add", END)
+    return builder.compile(checkpointer=saver)
+
+
+async def blob_types(pool: Pool, thread: str) -> dict[str, set[str]]:
+    """Return the stored type tags of the thread's messages channel and task writes."""
+    async with pool.connection() as conn:
+        blobs = await conn.execute(
+            "SELECT type FROM checkpoint_blobs WHERE thread_id = %s AND channel = 'messages'",
+            (thread,),
+        )
+        writes = await conn.execute(
+            "SELECT type FROM checkpoint_writes WHERE thread_id = %s AND channel = 'messages'",
+            (thread,),
+        )
+        return {
+            "blobs": {r["type"] for r in await blobs.fetchall()},
+            "writes": {r["type"] for r in await writes.fetchall()},
+        }
+
+
+async def test_long_values_are_stored_compressed_and_read_back(
+    saver: PooledPostgresSaver, pool: Pool
+) -> None:
+    graph = counting_graph(saver)
+    cfg = {"configurable": {"thread_id": "z1"}}
+    long = "Расскажи подробно про сорта чая и как их заваривать. " * 40
+    await graph.ainvoke({"messages": [("user", "hi")]}, cfg)
+    await graph.ainvoke({"messages": [("user", long)]}, cfg)
+    types = await blob_types(pool, "z1")
+    # Short values stay as they are; the long message is compressed wherever it is kept.
+    assert "msgpack+raw" in types["writes"] and "msgpack+zlib" in types["writes"]
+    assert "msgpack+zlib" in types["blobs"]
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT max(length(blob)) AS n FROM checkpoint_writes WHERE thread_id = 'z1'"
+        )
+        row = await cur.fetchone()
+    assert row is not None and row["n"] < len(long.encode()) / 4
+    state = await graph.aget_state(cfg)
+    assert [m.content for m in state.values["messages"]] == ["hi", "reply 1", long, "reply 3"]
+    # The developer tools read them with the same serializer.
+    found = await CheckpointReader(pool).saver.aget_tuple(cfg)
+    assert found is not None
+    assert found.checkpoint["channel_values"]["messages"][2].content == long
+
+
+async def test_a_thread_written_before_goes_on(pool: Pool, saver: PooledPostgresSaver) -> None:
+    """Checkpoints of the stock saver (plain values, 51-character versions) are read, and
+    the thread goes on with short versions that sort after them."""
+    cfg = {"configurable": {"thread_id": "z2"}}
+    await counting_graph(AsyncPostgresSaver(pool)).ainvoke({"messages": [("user", "one")]}, cfg)
+    before = await counting_graph(saver).aget_state(cfg)
+    old = before.values and dict(before.config)
+    assert old and [m.content for m in before.values["messages"]] == ["one", "reply 1"]
+    graph = counting_graph(saver)
+    await graph.ainvoke({"messages": [("user", "two")]}, cfg)
+    await graph.ainvoke({"messages": [("user", "three")]}, cfg)
+    state = await graph.aget_state(cfg)
+    assert [m.content for m in state.values["messages"]] == [
+        "one",
+        "reply 1",
+        "two",
+        "reply 3",
+        "three",
+        "reply 5",
+    ]
+    found = await saver.aget_tuple(cfg)
+    assert found is not None
+    version = found.checkpoint["channel_versions"]["messages"]
+    assert isinstance(version, str) and len(version) == 19
+    history = [s async for s in graph.aget_state_history(cfg)]
+    assert len(history) == 9  # three runs of three checkpoints, none lost
+
+
+def test_short_versions_count_up_and_sort_after_long_ones(saver: PooledPostgresSaver) -> None:
+    long = "00000000000000000000000000000041.0.7425187402218447"
+    first = saver.get_next_version(long, None)
+    assert first.startswith("0000000042.") and len(first) == 19 and first > long
+    second = saver.get_next_version(first, None)
+    assert second.startswith("0000000043.") and second > first
+    assert saver.get_next_version(None, None).startswith("0000000001.")
