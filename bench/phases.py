@@ -64,6 +64,9 @@ class Sample:
     model_ms: float
     overhead_ms: float
     cpu_ms: float
+    loop_cpu_ms: float
+    """The CPU of the event loop's thread alone: the turn without the threads working
+    beside it (the local embedding model embeds the previous turn's messages in one)."""
     background_ms: float
     tokens_sent: int
     requests: int
@@ -99,11 +102,12 @@ async def opened(env: Env, opener: Opener, prefix: str) -> AsyncIterator[tuple[S
 
 async def measured_turn(env: Env, subject: Subject, conv: int, text: str) -> Sample:
     """Run one turn; subtract the model server's own time from the wall time."""
-    cpu = time.process_time()
+    cpu, loop_cpu = time.process_time(), time.thread_time()
     started = time.perf_counter()
     ok, reply = await subject.turn(conv, text)
     replied = time.perf_counter()
     cpu_ms = (time.process_time() - cpu) * 1000
+    loop_cpu_ms = (time.thread_time() - loop_cpu) * 1000
     await subject.settle()
     settled = time.perf_counter()
     log = await env.server.take()
@@ -118,6 +122,7 @@ async def measured_turn(env: Env, subject: Subject, conv: int, text: str) -> Sam
         model_ms=model_s * 1000,
         overhead_ms=wall_ms - model_s * 1000,
         cpu_ms=cpu_ms,
+        loop_cpu_ms=loop_cpu_ms,
         background_ms=((settled - replied) - sum(e["seconds"] for e in other)) * 1000,
         tokens_sent=tokens_of(chat[0]["messages"], env.counter) if chat else 0,
         requests=len(chat),
@@ -205,6 +210,7 @@ async def long_conversation(
             "failed": sum(not s.ok for s in samples),
             "overhead_ms": _ms(samples),
             "cpu_ms": summary([s.cpu_ms for s in samples]),
+            "loop_cpu_ms": summary([s.loop_cpu_ms for s in samples]),
             "wall_ms": summary([s.wall_ms for s in samples]),
             "model_ms": summary([s.model_ms for s in samples]),
             "background_ms": summary([s.background_ms for s in samples]),

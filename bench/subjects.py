@@ -136,7 +136,8 @@ class Ours:
                 await conn.execute("ANALYZE messages")
 
     async def close(self) -> None:
-        await self.service.drain()
+        # Background work, the embedding worker too, ends before the bench closes the pool.
+        await self.runtime.close()
 
 
 @asynccontextmanager
