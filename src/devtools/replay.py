@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -86,6 +87,27 @@ def check_compatible(graph: Any, saved: CheckpointTuple) -> None:
             "changed (see `tgagent runs list`).",
             EXIT_INCOMPATIBLE,
         )
+
+
+# Nodes a turn recorded before the context had a channel of its own can be replayed from:
+# every later node reads `context`, which such a checkpoint does not have.
+BEFORE_CONTEXT = frozenset({"__start__", "build_context"})
+
+
+def check_context(saved: CheckpointTuple, next_nodes: Sequence[str]) -> None:
+    """Refuse to replay from the middle of a turn recorded when the model's context was
+    part of `messages`; its first checkpoint replays the whole turn."""
+    versions = saved.checkpoint.get("channel_versions") or {}
+    if "context" in versions or "messages" not in versions:
+        return
+    if set(next_nodes) <= BEFORE_CONTEXT:
+        return
+    raise DevtoolsError(
+        f"checkpoint {saved.checkpoint['id']} was recorded before the model's context had a "
+        "state channel of its own, so the nodes after it cannot run from it; replay the "
+        "whole turn from its first checkpoint (see `tgagent runs show`).",
+        EXIT_INCOMPATIBLE,
+    )
 
 
 def messages_kept(values: dict[str, Any]) -> int | None:
@@ -191,6 +213,7 @@ async def _find_target(
     probe = offline_graph(settings, checkpointer=reader.saver)
     check_compatible(probe, saved)
     state = await probe.aget_state(saved.config)
+    check_context(saved, state.next)
     if not state.next:
         hint = (
             f" Replay the whole turn: --checkpoint {recorded.head.checkpoint_id}"

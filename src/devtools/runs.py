@@ -120,6 +120,8 @@ def describe_write(channel: str, value: Any, before: dict[str, Any]) -> list[str
     if channel == "messages":
         items = value if isinstance(value, list) else [value]
         return [f"messages + {describe_message(m)}" for m in items]
+    if channel == "context" and isinstance(value, list):
+        return [f"context: {describe_message(m)}" for m in value]
     if channel in COUNTED and isinstance(value, list):
         return [f"{channel}: {len(value)} {COUNTED[channel]}"]
     if channel == "summary":

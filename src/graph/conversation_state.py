@@ -36,9 +36,13 @@ class ConversationState(TypedDict, total=False):
     thread: list[dict[str, Any]]
     """The numbered thread the model saw: per position, the stored message's id, number
     and role (the current message last); tools resolve positions against it."""
+    context: list[AnyMessage]
+    """What the model sees before this turn's answers: system prompt, numbered history,
+    current message. Written once by build_context (a compression rewrites it), so a
+    turn's checkpoints carry it twice (the write and its value), not once per step."""
     messages: Annotated[list[AnyMessage], add_messages]
-    """What the model sees this turn: system prompt, numbered history, current message,
-    then the model's answers and tool results."""
+    """This turn's model answers and tool results, after `context` (build_context
+    empties it)."""
     tool_rounds: int
     """How many times the model asked for tools this turn."""
     tools_used: list[str]

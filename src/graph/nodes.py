@@ -131,13 +131,15 @@ def with_images(messages: list[BaseMessage], config: RunnableConfig) -> list[Bas
     ]
 
 
+def with_ids(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """Return the context's messages, each with an id (a compression replaces them by id):
+    its position, short and compressible, unlike a random id for every message."""
+    return [m if m.id else m.model_copy(update={"id": f"c{i}"}) for i, m in enumerate(messages)]
+
+
 def _turn_messages(state: ConversationState) -> list[BaseMessage]:
-    """Return the messages the model and tools produced this turn (after the input)."""
-    messages = state.get("messages") or []
-    for i in range(len(messages) - 1, -1, -1):
-        if isinstance(messages[i], HumanMessage):
-            return list(messages[i + 1 :])
-    return []
+    """Return the messages the model and tools produced this turn (after the context)."""
+    return list(state.get("messages") or [])
 
 
 class Nodes:
@@ -220,7 +222,8 @@ class Nodes:
             values, settings, deps.counter, reserve=self.tool_tokens
         )
         return {
-            "messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *messages],
+            "context": with_ids(messages),
+            "messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES)],
             "thread": snapshot,
             "context_tokens": tokens,
             "tool_rounds": 0,
@@ -240,7 +243,7 @@ class Nodes:
         """
         rounds = state.get("tool_rounds", 0)
         capped = rounds >= self.deps.settings.max_tool_rounds
-        messages = with_images(list(state["messages"]), config)
+        messages = with_images([*state["context"], *state["messages"]], config)
         if capped:
             messages.append(HumanMessage(prompts.CAP_REACHED_NOTE))
         name = self._model_name(state, config)

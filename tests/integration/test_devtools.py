@@ -142,6 +142,9 @@ async def test_runs_show_one_turn_node_by_node(
     assert all(s["ms"] is not None for s in data["steps"][:-1])
     text = format_turn_detail(detail)
     assert "turn 2 of 3" in text and "calls search_history" in text
+    # build_context's context: the system prompt, the numbered history, the message.
+    assert "context: system prompt (" in text
+    assert "context: user: '[3] User: [" in text and "What is my cat called?'" in text
     assert f"reply: '{REPLIES[1]}'" in text and "(end of turn)" in text
 
     latest = await turn_detail(reader, seeded.thread, None)

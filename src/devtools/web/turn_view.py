@@ -143,7 +143,11 @@ def model_calls(detail: dict[str, Any], counter: TokenCounter) -> list[ModelCall
         step: Step = item["step"]
         if "agent" not in step.nodes:
             continue
-        sent = [m for m in item["before"].get("messages") or [] if isinstance(m, BaseMessage)]
+        before = item["before"]
+        # The context, then this turn's answers and tool results so far (before the
+        # context was a channel of its own, all of it was in `messages`).
+        shown = [*(before.get("context") or []), *(before.get("messages") or [])]
+        sent = [m for m in shown if isinstance(m, BaseMessage)]
         answers = [
             w["value"]
             for w in item["writes"]

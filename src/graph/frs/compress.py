@@ -32,6 +32,7 @@ from src.graph.frs.thread import protected_from
 from src.graph.frs.tools import make_frs_tools
 from src.graph.main_graph import tool_error_message
 from src.graph.model_calls import call_config
+from src.graph.nodes import with_ids
 from src.graph.tokens import count_messages
 
 REQUESTED_BY = "user:/compress"
@@ -49,8 +50,10 @@ class CompressState(TypedDict, total=False):
     """Who asked, for the squash log."""
     thread: list[dict[str, Any]]
     """The numbered thread the model sees (id, number, role per position)."""
+    context: list[AnyMessage]
+    """Instructions and the numbered thread (the compressions rewrite it)."""
     messages: Annotated[list[AnyMessage], add_messages]
-    """Instructions, the numbered thread, then the model's calls and tool results."""
+    """The model's calls and tool results."""
     rounds: int
     """Model calls so far."""
 
@@ -102,7 +105,7 @@ def build_compress_graph(deps: GraphDeps) -> Any:
     cap = deps.settings.max_tool_rounds
 
     async def agent(state: CompressState) -> dict[str, Any]:
-        answer = await model.ainvoke(state["messages"])
+        answer = await model.ainvoke([*state["context"], *state.get("messages", [])])
         return {"messages": [answer], "rounds": state.get("rounds", 0) + 1}
 
     def route(state: CompressState) -> Literal["tools", "__end__"]:
@@ -138,13 +141,14 @@ async def run_compression(
         "conversation_id": str(conversation_id),
         "requested_by": REQUESTED_BY,
         "thread": thread,
-        "messages": messages,
+        "context": with_ids(messages),
+        "messages": [],
         "rounds": 0,
     }
     config = call_config("compress", owner_id, conversation_id)
     config["recursion_limit"] = 4 * deps.settings.max_tool_rounds + 8
     final = await graph.ainvoke(state, config)
-    for message in final["messages"]:
+    for message in final.get("messages", []):
         artifact = message.artifact if isinstance(message, ToolMessage) else None
         if isinstance(artifact, dict) and "squash_id" in artifact:
             outcome.compressions += 1

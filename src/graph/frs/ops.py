@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.messages import AIMessage, ToolMessage
+from langgraph.graph.message import add_messages
 from langgraph.types import Command
 
 from src.graph.context.render import row_tokens
@@ -202,9 +203,8 @@ class FrsTools:
         except SquashConflict as exc:
             return self.error(call_id, name, f"Error: {exc}; call view_thread and try again.")
         new_thread = replace_span(thread, start, end, result.summary)
-        updates = rewrite_messages(
-            state.get("messages") or [], thread, start, end, result.summary, self.numbering
-        )
+        context = state.get("context") or []
+        updates = rewrite_messages(context, thread, start, end, result.summary, self.numbering)
         replaced_tokens = sum(self.row_tokens(r) for r in result.replaced)
         summary_tokens = self.row_tokens(result.summary)
         keys = shown_keys(thread, self.numbering)
@@ -230,7 +230,12 @@ class FrsTools:
             "tokens_saved": replaced_tokens - summary_tokens,
         }
         message = ToolMessage(note, tool_call_id=call_id, name=name, artifact=artifact)
-        return Command(update={"thread": new_thread, "messages": [*updates, message]})
+        update: dict[str, Any] = {"thread": new_thread, "messages": [message]}
+        if updates:
+            # This turn's copy of the context, compressed like the thread: only the first
+            # compression of a model answer runs (`first_compression`), so one tool writes it.
+            update["context"] = add_messages(context, cast(list[Any], updates))
+        return Command(update=update)
 
 
 def _preview(row: dict[str, Any]) -> str:
