@@ -66,7 +66,10 @@ class Sample:
     cpu_ms: float
     loop_cpu_ms: float
     """The CPU of the event loop's thread alone: the turn without the threads working
-    beside it (the local embedding model embeds the previous turn's messages in one)."""
+    beside it."""
+    background_cpu_ms: float
+    """The process's CPU after the reply until the turn's background work was done
+    (summary, facts, the embeddings of its messages)."""
     background_ms: float
     tokens_sent: int
     requests: int
@@ -108,8 +111,10 @@ async def measured_turn(env: Env, subject: Subject, conv: int, text: str) -> Sam
     replied = time.perf_counter()
     cpu_ms = (time.process_time() - cpu) * 1000
     loop_cpu_ms = (time.thread_time() - loop_cpu) * 1000
+    after = time.process_time()
     await subject.settle()
     settled = time.perf_counter()
+    background_cpu_ms = (time.process_time() - after) * 1000
     log = await env.server.take()
     chat = [e for e in log if e["model"] == env.settings.llm_model]
     other = [e for e in log if e["model"] != env.settings.llm_model]
@@ -123,6 +128,7 @@ async def measured_turn(env: Env, subject: Subject, conv: int, text: str) -> Sam
         overhead_ms=wall_ms - model_s * 1000,
         cpu_ms=cpu_ms,
         loop_cpu_ms=loop_cpu_ms,
+        background_cpu_ms=background_cpu_ms,
         background_ms=((settled - replied) - sum(e["seconds"] for e in other)) * 1000,
         tokens_sent=tokens_of(chat[0]["messages"], env.counter) if chat else 0,
         requests=len(chat),
@@ -211,6 +217,7 @@ async def long_conversation(
             "overhead_ms": _ms(samples),
             "cpu_ms": summary([s.cpu_ms for s in samples]),
             "loop_cpu_ms": summary([s.loop_cpu_ms for s in samples]),
+            "background_cpu_ms": summary([s.background_cpu_ms for s in samples]),
             "wall_ms": summary([s.wall_ms for s in samples]),
             "model_ms": summary([s.model_ms for s in samples]),
             "background_ms": summary([s.background_ms for s in samples]),

@@ -107,9 +107,15 @@ def overhead_table(ours: dict[str, Any], base: dict[str, Any]) -> Table:
         get(lb, "loop_cpu_ms", "median"),
     )
     t.add(
-        "work after the reply (summarizer), median",
+        "work after the reply (summary, facts, embeddings), median",
         get(lo, "background_ms", "median"),
         get(lb, "background_ms", "median"),
+        ratio="-",
+    )
+    t.add(
+        "  its CPU, median",
+        get(lo, "background_cpu_ms", "median"),
+        get(lb, "background_cpu_ms", "median"),
         ratio="-",
     )
     return t

@@ -32,7 +32,9 @@ from src.services.factory import Runtime, build_runtime, make_deps
 from src.services.llm_service import make_chat_model
 
 COPY_MESSAGES = """
-COPY messages (conversation_id, number, role, content, created_at, summarized, facts_extracted)
+COPY messages (
+    conversation_id, number, role, content, created_at, summarized, facts_extracted, embedded
+)
 FROM STDIN
 """
 SEED_CONVERSATION = """
@@ -110,7 +112,11 @@ class Ours:
         return result.ok, result.reply
 
     async def settle(self) -> None:
+        # The turn's work after the reply: summary and facts, then the embeddings of its
+        # messages (a user's next message comes after it; the bench's comes right away).
         await self.service.drain()
+        if self.runtime.embeddings is not None:
+            await self.runtime.embeddings.drain()
 
     async def stored(self, conv: int) -> int:
         async with self.runtime.pool.connection() as conn:
@@ -178,7 +184,9 @@ def _copy_chunks(
         role, content = seed_texts(n)
         when = (SEED_START + timedelta(seconds=n)).isoformat()
         done = "t" if n <= upto else "f"
-        lines.append(f"{conversation_id}\t{n}\t{role}\t{content}\t{when}\t{done}\t{done}\n")
+        # Steady state: embedded too (the background worker does not churn through the
+        # seeded history while turns are measured; only the turns' own messages wait).
+        lines.append(f"{conversation_id}\t{n}\t{role}\t{content}\t{when}\t{done}\t{done}\tt\n")
         if len(lines) >= rows:
             yield "".join(lines).encode()
             lines.clear()
