@@ -6,7 +6,8 @@ need more (`runs show` and `replay` read every step), so this keeps whole turns.
 starts at a checkpoint whose `source` is "input", "fork" or "update" (see
 `src.devtools.checkpoints`); checkpoint ids grow with time, so everything older than the
 N-th newest turn start belongs to older turns. Blobs go only when a deleted checkpoint
-used them and no kept one does, as in `aprune`, so a turn running meanwhile keeps its own.
+used them and no kept one does, as in `aprune`, so a turn running meanwhile keeps its own;
+a blob that refers to a deleted task write (see `src.storage.checkpointer`) takes its value.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from src.devtools.common import (
     missing_tables,
 )
 from src.devtools.turns import HEAD_SOURCES
+from src.storage.checkpointer import RESOLVE_REFS
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +100,8 @@ async def _prune_thread(
         if not older:
             return
         ids = [r["checkpoint_id"] for r in older]
+        # A kept checkpoint's value may be a reference to one of these writes.
+        await conn.execute(RESOLVE_REFS, {"thread": thread_id, "checkpoints": ids})
         writes = await conn.execute(DELETE_WRITES, (thread_id, ids))
         totals["writes_deleted"] += writes.rowcount
         freed = await (await conn.execute(DELETE_CHECKPOINTS, (thread_id, ids))).fetchall()

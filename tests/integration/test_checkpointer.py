@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain_core.messages import AIMessage, AnyMessage
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.checkpoint.serde.types import ERROR
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
@@ -16,7 +18,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from bench.harness import DbCounter
 from src.devtools.checkpoints import CheckpointReader
 from src.services.agent_service import Identity
-from src.storage.checkpointer import PooledPostgresSaver
+from src.storage.checkpointer import INLINE_TEXT, PACKED, PooledPostgresSaver, _inline
 from tests.fakes.openai_server import FakeOpenAI
 
 Pool = AsyncConnectionPool[Any]
@@ -155,15 +157,16 @@ def counting_graph(saver: Any) -> Any:
 
 
 async def blob_types(pool: Pool, thread: str) -> dict[str, set[str]]:
-    """Return the stored type tags of the thread's messages channel and task writes."""
+    """Return the stored type tags of the thread's messages channel and task writes (the
+    message is one of a task's writes, packed with the others when short)."""
     async with pool.connection() as conn:
         blobs = await conn.execute(
             "SELECT type FROM checkpoint_blobs WHERE thread_id = %s AND channel = 'messages'",
             (thread,),
         )
         writes = await conn.execute(
-            "SELECT type FROM checkpoint_writes WHERE thread_id = %s AND channel = 'messages'",
-            (thread,),
+            "SELECT type FROM checkpoint_writes WHERE thread_id = %s AND channel = ANY(%s)",
+            (thread, ["messages", PACKED]),
         )
         return {
             "blobs": {r["type"] for r in await blobs.fetchall()},
@@ -220,15 +223,178 @@ async def test_a_thread_written_before_goes_on(pool: Pool, saver: PooledPostgres
     found = await saver.aget_tuple(cfg)
     assert found is not None
     version = found.checkpoint["channel_versions"]["messages"]
-    assert isinstance(version, str) and len(version) == 19
+    assert isinstance(version, str) and len(version) == 13
     history = [s async for s in graph.aget_state_history(cfg)]
     assert len(history) == 9  # three runs of three checkpoints, none lost
 
 
-def test_short_versions_count_up_and_sort_after_long_ones(saver: PooledPostgresSaver) -> None:
-    long = "00000000000000000000000000000041.0.7425187402218447"
-    first = saver.get_next_version(long, None)
-    assert first.startswith("0000000042.") and len(first) == 19 and first > long
+def test_short_versions_count_up_and_sort_after_longer_ones(saver: PooledPostgresSaver) -> None:
+    # LangGraph's own, then tgagent's earlier 19-character ones: a thread goes on from either.
+    for before in ("00000000000000000000000000000041.0.7425187402218447", "0000000041.9f3c01ab"):
+        first = saver.get_next_version(before, None)
+        assert len(first) == 13 and first > before
+        assert first.startswith("1000016")  # 42 in base 36
+    first = saver.get_next_version("0000000041.9f3c01ab", None)
     second = saver.get_next_version(first, None)
-    assert second.startswith("0000000043.") and second > first
-    assert saver.get_next_version(None, None).startswith("0000000001.")
+    assert second.startswith("1000017") and second > first
+    # Base-36 digits sort as the numbers do, past a carry too.
+    tenth = saver.get_next_version("1000009zzzzzz", None)
+    assert tenth.startswith("100000a") and tenth > "1000009zzzzzz"
+    carried = saver.get_next_version("10000zzaaaaaa", None)
+    assert carried.startswith("1000100") and carried > "10000zzaaaaaa"
+    assert saver.get_next_version(None, None).startswith("1000001")
+    # Two forks of a thread make different versions of the same step.
+    assert len({saver.get_next_version(first, None) for _ in range(50)}) == 50
+
+
+async def write_rows(pool: Pool, thread: str) -> list[dict[str, Any]]:
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT task_id, idx, channel, type FROM checkpoint_writes WHERE thread_id = %s"
+            " ORDER BY task_id, idx",
+            (thread,),
+        )
+        return list(await cur.fetchall())
+
+
+async def test_a_tasks_small_writes_share_a_row_and_read_back_in_order(
+    saver: PooledPostgresSaver, pool: Pool
+) -> None:
+    saved = await saver.aput(config("p1"), empty_checkpoint(), {"source": "loop", "step": 0}, {})
+    long = secrets.token_hex(400)  # compresses to about half: long enough for a row of its own
+    writes = [("a", 1), ("long", long), ("b", "x"), ("c", {"n": [1, 2]}), ("d", None)]
+    await saver.aput_writes(saved, writes, task_id="task-1")
+    await saver.aput_writes(saved, [("only", "one")], task_id="task-2")
+    await saver.aput_writes(saved, [(ERROR, ValueError("boom"))], task_id="task-3")
+    rows = await write_rows(pool, "p1")
+    assert [(r["task_id"], r["channel"]) for r in rows] == [
+        ("task-1", PACKED),  # a, b, c, d
+        ("task-1", "long"),
+        ("task-2", "only"),  # alone: no pack
+        ("task-3", ERROR),  # LangGraph's special writes keep their rows and indexes
+    ]
+    found = await saver.aget_tuple(saved)
+    assert found is not None
+    assert [(t, c, v) for t, c, v in found.pending_writes or [] if t != "task-3"] == [
+        ("task-1", "a", 1),
+        ("task-1", "long", long),
+        ("task-1", "b", "x"),
+        ("task-1", "c", {"n": [1, 2]}),
+        ("task-1", "d", None),
+        ("task-2", "only", "one"),
+    ]
+    error = [v for t, _, v in found.pending_writes or [] if t == "task-3"]
+    assert len(error) == 1 and "boom" in str(error[0])
+
+
+class Noted(TypedDict, total=False):
+    note: str
+    context: list[AnyMessage]
+    step: int
+
+
+def noting_graph(saver: Any) -> Any:
+    """`remember` writes a long context (as build_context does), `count` a number."""
+
+    def remember(state: Noted) -> dict[str, Any]:
+        text = f"{state.get('note', '')} " + secrets.token_hex(300)
+        return {"context": [AIMessage(text, id="c0")]}
+
+    def count(state: Noted) -> dict[str, Any]:
+        return {"step": state.get("step", 0) + 1}
+
+    builder = StateGraph(Noted)
+    builder.add_node("remember", remember)
+    builder.add_node("count", count)
+    builder.add_edge(START, "remember")
+    builder.add_edge("remember", "count")
+    builder.add_edge("count", END)
+    return builder.compile(checkpointer=saver)
+
+
+async def blob_rows(pool: Pool, thread: str, channel: str) -> list[dict[str, Any]]:
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT type, blob FROM checkpoint_blobs WHERE thread_id = %s AND channel = %s",
+            (thread, channel),
+        )
+        return list(await cur.fetchall())
+
+
+async def test_a_value_a_task_wrote_is_stored_once(saver: PooledPostgresSaver, pool: Pool) -> None:
+    graph = noting_graph(saver)
+    cfg = {
+        "configurable": {"thread_id": "r1"},
+        "metadata": {"conversation_id": "r1", "owner_id": 7},
+    }
+    async with saver.deferred("r1"):
+        await graph.ainvoke({"note": "first"}, cfg)
+    # The checkpoint after `remember` holds its context as a reference to the task's write.
+    [context] = await blob_rows(pool, "r1", "context")
+    assert context["type"].startswith("ref:") and context["blob"] is None
+    state = await graph.aget_state(cfg)
+    written = state.values["context"][0].content
+    assert written.startswith("first ") and state.values["step"] == 1
+    history = [s async for s in graph.aget_state_history(cfg)]
+    assert [s.values.get("context", [None])[0] for s in history][:2] == [
+        state.values["context"][0]
+    ] * 2
+    # The developer tools' reader resolves it the same way.
+    found = await CheckpointReader(pool).saver.aget_tuple(cfg)
+    assert found is not None
+    assert found.checkpoint["channel_values"]["context"][0].content == written
+    # The conversation is the thread: its id is not repeated in every checkpoint.
+    assert found.metadata.get("owner_id") == 7 and "conversation_id" not in found.metadata
+    # Outside a deferred turn the value is stored as it is.
+    await graph.ainvoke({"note": "second"}, {"configurable": {"thread_id": "r2"}})
+    assert [r["type"] for r in await blob_rows(pool, "r2", "context")] == ["msgpack+zlib"]
+
+
+async def test_a_reference_to_a_lost_write_reads_as_no_value(
+    saver: PooledPostgresSaver, pool: Pool
+) -> None:
+    graph = noting_graph(saver)
+    cfg = {"configurable": {"thread_id": "r3"}}
+    async with saver.deferred("r3"):
+        await graph.ainvoke({"note": "x"}, cfg)
+    async with pool.connection() as conn:
+        await conn.execute(
+            "DELETE FROM checkpoint_writes WHERE thread_id = 'r3' AND channel = 'context'"
+        )
+    state = await graph.aget_state(cfg)
+    assert "context" not in state.values and state.values["step"] == 1
+
+
+async def test_long_texts_are_stored_once_and_threads_written_before_keep_theirs(
+    saver: PooledPostgresSaver, pool: Pool
+) -> None:
+    note = "Запомни: встреча в четверг в 10:00, взять документы и ноутбук. " * 3
+    cfg = {"configurable": {"thread_id": "n1"}}
+    # The stock saver keeps the text inline in each checkpoint.
+    await noting_graph(AsyncPostgresSaver(pool)).ainvoke({"note": note}, cfg)
+    graph = noting_graph(saver)
+    await graph.ainvoke({}, cfg)  # the note does not change: still there
+    assert (await graph.aget_state(cfg)).values["note"] == note
+    async with saver.deferred("n2"):
+        await graph.ainvoke({"note": note}, {"configurable": {"thread_id": "n2"}})
+        await graph.ainvoke({}, {"configurable": {"thread_id": "n2"}})
+    assert (await graph.aget_state({"configurable": {"thread_id": "n2"}})).values["note"] == note
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT count(*) FILTER (WHERE checkpoint -> 'channel_values' ? 'note') AS inline,"
+            " count(*) AS n FROM checkpoints WHERE thread_id = 'n2'"
+        )
+        row = await cur.fetchone()
+    assert row is not None and row["n"] == 8 and row["inline"] == 0
+    assert len(await blob_rows(pool, "n2", "note")) == 1  # one version, one row
+
+
+def test_what_stays_inline_reads_back_as_it_was() -> None:
+    assert _inline(None) and _inline(3) and _inline(True) and _inline("short")
+    assert _inline([]) and _inline({"input": 0, "output": 12}) and _inline(["a", ["b"]])
+    assert not _inline("x" * (INLINE_TEXT + 1))
+    assert not _inline(list(range(40)))
+    assert not _inline(("a", 1))  # JSON gives back a list
+    assert not _inline({1: "a"})  # and string keys
+    assert not _inline([float("nan")])
+    assert not _inline([AIMessage("hi")])
