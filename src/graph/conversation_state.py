@@ -38,8 +38,8 @@ class ConversationState(TypedDict, total=False):
     and role (the current message last); tools resolve positions against it."""
     context: list[AnyMessage]
     """What the model sees before this turn's answers: system prompt, numbered history,
-    current message. Written once by build_context (a compression rewrites it), so a
-    turn's checkpoints carry it twice (the write and its value), not once per step."""
+    current message. Written once by build_context (a compression rewrites it), stored
+    once per turn (its checkpoint value refers to that write), emptied by save_response."""
     messages: Annotated[list[AnyMessage], add_messages]
     """This turn's model answers and tool results, after `context` (build_context
     empties it)."""

@@ -43,6 +43,13 @@ from src.storage.turn_reads import read_turn
 logger = logging.getLogger(__name__)
 
 
+# save_response drops the turn's context once it is answered: the thread's last checkpoint
+# then does not carry it, and the next turn, which builds its own, does not read it back
+# (LangGraph loads the whole last checkpoint when a run starts). Each step's checkpoint
+# still shows what the model saw.
+ANSWERED: dict[str, Any] = {"context": []}
+
+
 class ModelFailure(RuntimeError):
     """The chat model failed or answered with nothing usable."""
 
@@ -450,8 +457,8 @@ class Nodes:
                 state["conversation_id"],
                 exc_info=True,
             )
-            return {"reply": shown, "stored_count": 1, "reply_stored": False}
-        return {"reply": shown, "stored_count": stored, "reply_stored": True}
+            return {"reply": shown, "stored_count": 1, "reply_stored": False, **ANSWERED}
+        return {"reply": shown, "stored_count": stored, "reply_stored": True, **ANSWERED}
 
     async def _within_budget(self, state: ConversationState, work: str) -> bool:
         """Tell whether the owner's token budget lets the work after the reply call

@@ -268,9 +268,11 @@ class _Pending:
     """No turn defers them any more: what still comes is written right away."""
     written_at: str | None = None
     """The checkpoint whose task writes `written` holds."""
-    written: dict[str, list[tuple[str, bytes, str, int]]] = field(default_factory=dict)
-    """Long task writes of that checkpoint, by channel: (type, bytes, task, idx); the next
-    checkpoint stores a value found here as a reference."""
+    written: dict[str, list[tuple[Any, str, bytes, str, int]]] = field(default_factory=dict)
+    """Long task writes of that checkpoint, by channel: (value, type, bytes, task, idx);
+    the next checkpoint stores a channel value that is one of them as a reference: the
+    very object (a LastValue channel holds what was written), or the same bytes (a
+    reducer's result equal to the write)."""
     stored: set[tuple[str, str]] = field(default_factory=set)
     """(channel, version) of the texts stored as blobs during the turn."""
 
@@ -447,12 +449,14 @@ class PooledPostgresSaver(AsyncPostgresSaver):
         written = pending.written if pending is not None and pending.written_at == parent else {}
         rows: list[tuple[str, str, str, str, str, bytes | None]] = []
         for channel, version in versions.items():
-            kind, data = self.serde.dumps_typed(values[channel])
-            if len(data) >= OWN_ROW_FROM:
-                for w_kind, w_data, task_id, idx in written.get(channel, ()):
-                    if w_kind == kind and w_data == data:
-                        kind, data = f"{REF}{parent}:{task_id}:{idx}", None  # type: ignore[assignment]
-                        break
+            value, candidates = values[channel], written.get(channel, ())
+            # The same object serializes to the same bytes: no need to serialize it.
+            found = next((w for w in candidates if w[0] is value), None)
+            kind, data = ("", None) if found else self.serde.dumps_typed(value)
+            if found is None and candidates:
+                found = next((w for w in candidates if w[1] == kind and w[2] == data), None)
+            if found is not None:
+                kind, data = f"{REF}{parent}:{found[3]}:{found[4]}", None
             rows.append((thread_id, ns, channel, str(version), kind, data))
             if pending is not None and isinstance(values[channel], str):
                 pending.stored.add((channel, str(version)))
@@ -505,7 +509,8 @@ class PooledPostgresSaver(AsyncPostgresSaver):
             elif len(data) >= OWN_ROW_FROM:
                 rows.append((*head, idx, channel, kind, data))
                 if pending is not None:
-                    pending.written.setdefault(channel, []).append((kind, data, task_id, idx))
+                    entry = (value, kind, data, task_id, idx)
+                    pending.written.setdefault(channel, []).append(entry)
             else:
                 small.append((idx, channel, value, kind, data))
         if len(small) == 1:

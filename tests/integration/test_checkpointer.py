@@ -398,3 +398,26 @@ def test_what_stays_inline_reads_back_as_it_was() -> None:
     assert not _inline({1: "a"})  # and string keys
     assert not _inline([float("nan")])
     assert not _inline([AIMessage("hi")])
+
+
+async def test_a_turns_context_is_stored_once_and_dropped_once_answered(
+    runtime_factory: Any, llm: FakeOpenAI, pool: Pool
+) -> None:
+    rt = await runtime_factory()
+    for text in ("Hello", "Hi again"):
+        llm.script(f"re: {text}")
+        assert (await rt.service.handle_message(CAROL, text)).ok
+    await rt.service.drain()
+    thread = str(await rt.deps.conversations.get_or_create_conversation(CAROL.owner_id))
+    cfg = {"configurable": {"thread_id": thread}}
+    history = [s async for s in rt.service.graph.aget_state_history(cfg)]
+    # The model's context is in the checkpoints of the steps that use it...
+    seen = [s.values["context"] for s in history if s.next == ("agent",)]
+    assert len(seen) == 2 and seen[0][-1].content.endswith("Hi again")
+    # ...stored once per turn (the write of build_context; the value refers to it)...
+    context_writes = await write_rows(pool, thread)
+    assert sum(r["channel"] == "context" for r in context_writes) == 2
+    types = [r["type"] for r in await blob_rows(pool, thread, "context")]
+    assert len(types) == 2 and all(t.startswith("ref:") for t in types)
+    # ...and not carried into the next turn: the thread's last checkpoint has none.
+    assert history[0].values["context"] == []

@@ -11,8 +11,9 @@ from src.config import Settings
 from src.graph import prompts
 from src.graph.context.assemble import build_context
 from src.graph.context.budget import Layers, truncate_text
+from src.graph.context.render import WIDEST_LABEL, render_row, row_tokens
 from src.graph.context.sections import facts_sections, needs_objectivity, system_sections
-from src.graph.tokens import ApproxCounter, count_messages
+from src.graph.tokens import PER_MESSAGE_OVERHEAD, ApproxCounter, count_messages, message_text
 
 COUNTER = ApproxCounter()
 CONV = "11111111-1111-1111-1111-111111111111"
@@ -363,3 +364,29 @@ def test_tiny_budget_keeps_system_prompt_and_message() -> None:
     assert messages[0].text == prompts.SYSTEM_PROMPT
     assert len(messages) == 2 and messages[1].text.rstrip().endswith("вопрос")
     assert len(snapshot) == 1
+
+
+def test_a_rows_cost_is_that_of_the_message_the_model_reads() -> None:
+    """row_tokens counts most rows without rendering them: the same count either way."""
+    counter = ApproxCounter()
+    rows: list[dict[str, Any]] = [
+        {"role": "user", "content": "[Текущее время: 2026-11-24 10:00] Привет, как дела?"},
+        {"role": "assistant", "content": "Хорошо! A quick answer, 42 words.", "meta": None},
+        {"role": "assistant", "content": "", "meta": {}},
+        {"role": "tool", "content": "found 3", "meta": {"tool_call_id": "c1", "name": "x"}},
+        {"role": "system", "content": "Tools used: search_history", "meta": None},
+        {"role": "assistant", "content": "squashed", "meta": {"frs_summary": True}},
+        {"role": "assistant", "content": "half", "meta": {"interrupted": True}},
+        {"role": "assistant", "content": None, "meta": {"interrupted": True}},
+        {
+            "role": "assistant",
+            "content": "looking",
+            "meta": {"tool_calls": [{"id": "c1", "name": "search_history", "args": {"q": "x"}}]},
+        },
+    ]
+    for row in rows:
+        for prefix in (WIDEST_LABEL, "[7] User: ", ""):
+            rendered = message_text(render_row(row, prefix))
+            assert (
+                row_tokens(row, counter, prefix) == counter.count(rendered) + PER_MESSAGE_OVERHEAD
+            )

@@ -66,7 +66,12 @@ def row_tokens(row: Row, counter: TokenCounter, prefix: str = WIDEST_LABEL) -> i
     The one per-message cost everyone uses: context budgets, the summarizer's window,
     /compress and the FRS tools' sizes.
     """
-    return counter.count(message_text(render_row(row, prefix))) + PER_MESSAGE_OVERHEAD
+    meta = row.get("meta") or {}
+    if meta.get("tool_calls") or meta.get("interrupted"):
+        return counter.count(message_text(render_row(row, prefix))) + PER_MESSAGE_OVERHEAD
+    # What render_row makes of every other message: the label, then the text (counted
+    # without making the message: the window is counted on every turn).
+    return counter.count(prefix + (row.get("content") or "")) + PER_MESSAGE_OVERHEAD
 
 
 def transcript_line(row: Row, cap: int, counter: TokenCounter) -> str:
