@@ -421,3 +421,33 @@ async def test_a_turns_context_is_stored_once_and_dropped_once_answered(
     assert len(types) == 2 and all(t.startswith("ref:") for t in types)
     # ...and not carried into the next turn: the thread's last checkpoint has none.
     assert history[0].values["context"] == []
+
+
+async def test_reading_a_checkpoint_does_not_grow_with_the_thread(
+    saver: PooledPostgresSaver, pool: Pool
+) -> None:
+    """Each channel's blob is found by its key: the read does not scan the thread's blobs,
+    however long the conversation (LangGraph's own query hash-joined all of them while
+    the tables were not analyzed yet: 4.6 ms at turn 300 of the bench)."""
+    graph = noting_graph(saver)
+    cfg = {"configurable": {"thread_id": "g1"}}
+    for k in range(40):
+        async with saver.deferred("g1"):
+            await graph.ainvoke({"note": f"note {k} " * 20}, cfg)
+    where = "WHERE thread_id = %s AND checkpoint_ns = '' ORDER BY checkpoint_id DESC LIMIT 1"
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + saver.SELECT_SQL + where, ("g1",)
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    plan = row["QUERY PLAN"][0]["Plan"]
+
+    def nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+        return [node, *(n for child in node.get("Plans", []) for n in nodes(child))]
+
+    scans = {n["Relation Name"]: n for n in nodes(plan) if "Relation Name" in n}
+    blobs = scans["checkpoint_blobs"]
+    assert "version" in blobs["Index Cond"] and blobs["Actual Rows"] <= 1
+    found = await saver.aget_tuple(cfg)
+    assert found is not None and found.checkpoint["channel_values"]["note"].startswith("note 39")
