@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import LanguageModelInput
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
@@ -38,7 +40,20 @@ class CompatibleChatOpenAI(ChatOpenAI):
     def _get_request_payload(
         self, input_: LanguageModelInput, *, stop: list[str] | None = None, **kwargs: Any
     ) -> dict[str, Any]:
-        payload = super()._get_request_payload(input_, stop=stop, **kwargs)
+        messages = self._convert_input(input_).to_messages()
+        if all(map(_plain, messages)):
+            # Text messages, as ChatOpenAI writes them: its conversion looks at each
+            # character of an answer's text for audio blocks (about a quarter of a
+            # turn's CPU); the rest of the request is still its own.
+            payload = super()._get_request_payload([], stop=stop, **kwargs)
+            if "messages" in payload:
+                payload["messages"] = [
+                    {"content": m.content, "role": self._role(m)} for m in messages
+                ]
+            else:  # the Responses API: its own conversion
+                payload = super()._get_request_payload(messages, stop=stop, **kwargs)
+        else:
+            payload = super()._get_request_payload(messages, stop=stop, **kwargs)
         if self.token_limit_param == "max_tokens" and "max_completion_tokens" in payload:
             payload["max_tokens"] = payload.pop("max_completion_tokens")
         if "response_format" not in payload and "messages" in payload:
@@ -47,6 +62,33 @@ class CompatibleChatOpenAI(ChatOpenAI):
             payload["messages"] = []
             payload.pop("tools", None)
         return payload
+
+    def _role(self, message: BaseMessage) -> str:
+        role = PLAIN_ROLES[type(message)]
+        # As ChatOpenAI does: o-series models take the system prompt as "developer".
+        if role == "system" and self.model_name and re.match(r"^o\d", self.model_name):
+            return "developer"
+        return role
+
+
+PLAIN_ROLES: dict[type[BaseMessage], str] = {
+    SystemMessage: "system",
+    HumanMessage: "user",
+    AIMessage: "assistant",
+}
+
+
+def _plain(message: BaseMessage) -> bool:
+    """Tell whether a message is text only: a system, user or assistant message with
+    text content and nothing else (no name, tool calls or provider fields)."""
+    return (
+        type(message) in PLAIN_ROLES
+        and isinstance(message.content, str)
+        and message.name is None
+        and not message.additional_kwargs
+        and not getattr(message, "tool_calls", None)
+        and not getattr(message, "invalid_tool_calls", None)
+    )
 
 
 def model_configured(settings: Settings) -> bool:

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 from langchain_core.language_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langchain_openai import ChatOpenAI
+from pydantic import SecretStr
 
 from src.config import ConfigError, Settings, load_settings
 from src.graph.output_caps import was_cut, with_output_cap
@@ -71,3 +79,38 @@ def test_messages_and_tools_travel_as_ready_json() -> None:
     structured = model._get_request_payload("hi", response_format=schema)
     assert structured["messages"] == [{"role": "user", "content": "hi"}]
     assert "messages" not in (structured.get("extra_body") or {})
+
+
+@pytest.mark.parametrize("name", ["gpt-4o-mini", "o3-mini"])
+def test_text_messages_are_written_as_chatopenai_writes_them(name: str) -> None:
+    """The fast path for text messages sends exactly what ChatOpenAI's own conversion
+    sends, key order included (a prompt cache compares bytes); anything else (tool
+    calls, tool results, names, images, provider fields) goes through ChatOpenAI's."""
+    settings = Settings(_env_file=None, openai_base_url="http://127.0.0.1:1/v1")  # type: ignore[call-arg]
+    ours = make_chat_model(settings, name)
+    theirs = ChatOpenAI(model=name, api_key=SecretStr("x"), base_url="http://127.0.0.1:1/v1")
+    call = {"id": "c1", "name": "search_history", "args": {"query": "tea"}}
+    conversations: list[list[BaseMessage]] = [
+        [
+            SystemMessage("You are helpful."),
+            HumanMessage("[1] User: Привет"),
+            AIMessage("[2] Assistant: Здравствуйте! " * 30),
+            HumanMessage(""),
+        ],
+        [
+            SystemMessage("sys"),
+            HumanMessage("find tea"),
+            AIMessage("", tool_calls=[call]),
+            ToolMessage("found 2", tool_call_id="c1", name="search_history"),
+            AIMessage("done", additional_kwargs={"refusal": None}),
+            HumanMessage("named", name="bob"),
+            HumanMessage([{"type": "text", "text": "a photo"}]),
+        ],
+    ]
+    for messages in conversations:
+        sent = ours._get_request_payload(messages)["extra_body"]["messages"]
+        expected = theirs._get_request_payload(messages)["messages"]
+        assert [list(m.items()) for m in sent] == [list(m.items()) for m in expected]
+    assert (ours._get_request_payload(conversations[0])["extra_body"]["messages"][0]["role"]) == (
+        "developer" if name.startswith("o") else "system"
+    )

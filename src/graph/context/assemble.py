@@ -55,7 +55,11 @@ def build_context(
         "meta": None,
     }
     history = state.get("history") or []
-    widest = f"[{max([len(history) + 1, *(r.get('number') or 0 for r in history)])}] Assistant: "
+    # Every message is costed with the widest label it could get: as many 9s as the
+    # largest number has digits (digits cost by their count), so the label, and the
+    # token counts cached for each labelled text, stay the same from turn to turn.
+    largest = max([len(history) + 1, *(r.get("number") or 0 for r in history)])
+    widest = f"[{'9' * len(str(largest))}] Assistant: "
 
     def cost(row: Row) -> int:
         return row_tokens(row, counter, widest)
