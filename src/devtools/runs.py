@@ -121,6 +121,8 @@ def describe_write(channel: str, value: Any, before: dict[str, Any]) -> list[str
         items = value if isinstance(value, list) else [value]
         return [f"messages + {describe_message(m)}" for m in items]
     if channel == "context" and isinstance(value, list):
+        if not value:  # save_response: the next turn builds its own
+            return ["context: cleared (answered)"]
         return [f"context: {describe_message(m)}" for m in value]
     if channel in COUNTED and isinstance(value, list):
         return [f"{channel}: {len(value)} {COUNTED[channel]}"]

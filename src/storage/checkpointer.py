@@ -58,6 +58,7 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
+    get_checkpoint_id,
     get_serializable_checkpoint_metadata,
     writes_sort_key,
 )
@@ -586,9 +587,35 @@ class PooledPostgresSaver(AsyncPostgresSaver):
         )
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Read a checkpoint as AsyncPostgresSaver does, planned at every read.
+
+        The pool prepares every statement, and PostgreSQL then keeps one plan for it: made
+        while a new database's tables were nearly empty, that plan scanned ever more rows
+        as a conversation grew (the read took 0.8 ms at turn 1 of the bench and 2.1 ms at
+        turn 300). Planned afresh it takes 0.2 ms at either.
+        """
+        conf = config["configurable"]
+        thread_id = str(conf["thread_id"])
         # What this process still holds for the thread is stored first.
-        await self.flush(str(config["configurable"]["thread_id"]))
-        return await super().aget_tuple(config)
+        await self.flush(thread_id)
+        checkpoint_id = get_checkpoint_id(config)
+        args: tuple[Any, ...] = (thread_id, conf.get("checkpoint_ns", ""))
+        if checkpoint_id:
+            args = (*args, checkpoint_id)
+            where = "WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s"
+        else:
+            where = (
+                "WHERE thread_id = %s AND checkpoint_ns = %s ORDER BY checkpoint_id DESC LIMIT 1"
+            )
+        async with self._cursor() as cur:
+            await cur.execute(self.SELECT_SQL + where, args, binary=True, prepare=False)
+            value = await cur.fetchone()
+        if value is None:
+            return None
+        if value["checkpoint"]["v"] < 4 and value["parent_checkpoint_id"]:
+            # Written by a LangGraph before checkpoint format 4: its own migration.
+            return await super().aget_tuple(config)
+        return await self._load_checkpoint_tuple(value)
 
     async def alist(
         self,

@@ -146,6 +146,8 @@ async def test_runs_show_one_turn_node_by_node(
     assert "context: system prompt (" in text
     assert "context: user: '[3] User: [" in text and "What is my cat called?'" in text
     assert f"reply: '{REPLIES[1]}'" in text and "(end of turn)" in text
+    # save_response drops the answered context: the next turn builds its own.
+    assert ("save_response", "context") in writes and "context: cleared (answered)" in text
 
     latest = await turn_detail(reader, seeded.thread, None)
     assert latest["index"] == 3 and latest["turn"].reply == REPLIES[2]
