@@ -25,9 +25,10 @@ What makes a turn's checkpoints small:
 - Channel versions are 13 characters (`100001a0k3x9c`: counter, random part) instead of 51:
   every checkpoint lists the version of every channel and what each node has seen. They
   still sort after the longer ones a thread wrote before.
-- Texts longer than INLINE_TEXT characters are stored once, as blobs, not inline in every
-  checkpoint that follows (the stock saver inlines every string: the user's message and
-  the reply were repeated in each of a turn's checkpoints).
+- Values whose JSON is longer than INLINE_TEXT characters are stored once per version, as
+  blobs, not inline in every checkpoint that follows (the stock saver inlines every string:
+  the user's message and the reply were repeated in each of a turn's checkpoints); short
+  lists and dicts of plain values stay inline instead of costing a blob row each.
 - A task's small writes share one row (channel PACKED) instead of a row each: a row costs
   about 190 bytes of keys (thread, checkpoint, task, path) before its value, and a turn's
   nodes write some 30 small fields. Long values keep a row of their own.
