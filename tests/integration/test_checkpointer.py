@@ -6,6 +6,7 @@ import asyncio
 import secrets
 from typing import Annotated, Any, TypedDict
 
+import psycopg
 import pytest
 from langchain_core.messages import AIMessage, AnyMessage
 from langgraph.checkpoint.base import empty_checkpoint
@@ -362,7 +363,9 @@ async def test_a_reference_to_a_lost_write_reads_as_no_value(
         await conn.execute(
             "DELETE FROM checkpoint_writes WHERE thread_id = 'r3' AND channel = 'context'"
         )
-    state = await graph.aget_state(cfg)
+    # Read as stored (this saver would start the thread's next turn from what it read
+    # back when it wrote the checkpoint, before the write was lost).
+    state = await noting_graph(PooledPostgresSaver(pool)).aget_state(cfg)
     assert "context" not in state.values and state.values["step"] == 1
 
 
@@ -401,14 +404,20 @@ def test_what_stays_inline_reads_back_as_it_was() -> None:
     assert not _inline([AIMessage("hi")])
 
 
-async def test_a_turns_context_is_stored_once_and_dropped_once_answered(
-    runtime_factory: Any, llm: FakeOpenAI, pool: Pool
-) -> None:
+async def two_turns(runtime_factory: Any, llm: FakeOpenAI) -> Any:
+    """Return a runtime whose owner CAROL had two answered turns."""
     rt = await runtime_factory()
     for text in ("Hello", "Hi again"):
         llm.script(f"re: {text}")
         assert (await rt.service.handle_message(CAROL, text)).ok
-    await rt.service.drain()
+        await rt.service.drain()
+    return rt
+
+
+async def test_a_turns_context_is_stored_once_and_dropped_once_answered(
+    runtime_factory: Any, llm: FakeOpenAI, pool: Pool
+) -> None:
+    rt = await two_turns(runtime_factory, llm)
     thread = str(await rt.deps.conversations.get_or_create_conversation(CAROL.owner_id))
     cfg = {"configurable": {"thread_id": thread}}
     history = [s async for s in rt.service.graph.aget_state_history(cfg)]
@@ -477,3 +486,114 @@ async def test_the_turns_checkpoint_read_is_planned_at_every_read(fresh_schema: 
         assert row is not None and row["n"] == 0
     finally:
         await single.close()
+
+
+def spy_queries(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record the text of every query a cursor executes from now on."""
+    seen: list[str] = []
+    original = psycopg.AsyncCursor.execute
+
+    async def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(str(query))
+        return await original(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", execute)
+    return seen
+
+
+def same_tuple(got: Any, expected: Any) -> None:
+    assert got is not None and expected is not None
+    assert got.config == expected.config and got.parent_config == expected.parent_config
+    assert got.checkpoint == expected.checkpoint and got.metadata == expected.metadata
+    assert got.pending_writes == expected.pending_writes
+
+
+async def test_a_turn_starts_from_the_checkpoint_its_last_turn_read_back(
+    saver: PooledPostgresSaver, pool: Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn's last write reads the thread's last checkpoint back in its own transaction;
+    the next turn's start then only checks that it is still the last one."""
+    graph = noting_graph(saver)
+    cfg = {"configurable": {"thread_id": "k1"}}
+    for k in range(3):
+        async with saver.deferred("k1"):
+            await graph.ainvoke({"note": f"note {k} " * 20}, cfg)
+    expected = await PooledPostgresSaver(pool).aget_tuple(cfg)  # read as stored
+    seen = spy_queries(monkeypatch)
+    same_tuple(await saver.aget_tuple(cfg), expected)
+    assert not any("jsonb_each_text" in q for q in seen)  # not the full read
+    # Kept for one read: the next reads the database.
+    same_tuple(await saver.aget_tuple(cfg), expected)
+    assert any("jsonb_each_text" in q for q in seen)
+
+
+async def test_a_kept_checkpoint_is_not_used_once_another_is_the_last(
+    saver: PooledPostgresSaver, pool: Pool
+) -> None:
+    """Another process (a saver of its own) wrote a turn since, or the thread is gone."""
+    cfg = {"configurable": {"thread_id": "k2"}}
+    async with saver.deferred("k2"):
+        await noting_graph(saver).ainvoke({"note": "mine"}, cfg)
+    other = PooledPostgresSaver(pool)
+    await noting_graph(other).ainvoke({"note": "theirs"}, cfg)
+    found = await saver.aget_tuple(cfg)
+    assert found is not None
+    assert found.checkpoint["channel_values"]["note"] == "theirs"
+    async with saver.deferred("k2"):
+        await noting_graph(saver).ainvoke({"note": "again"}, cfg)
+    await other.adelete_thread("k2")
+    assert await saver.aget_tuple(cfg) is None
+
+
+async def test_a_turn_after_an_answered_one_reads_the_kept_checkpoint(
+    runtime_factory: Any, llm: FakeOpenAI, pool: Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt = await two_turns(runtime_factory, llm)
+    seen = spy_queries(monkeypatch)
+    llm.script("re: third")
+    assert (await rt.service.handle_message(CAROL, "Third")).reply == "re: third"
+    await rt.service.drain()
+    reads = [i for i, q in enumerate(seen) if "jsonb_each_text" in q]
+    checks = [i for i, q in enumerate(seen) if q.startswith("SELECT checkpoint_id FROM")]
+    # The turn's start checked the kept checkpoint; only its last write read the thread
+    # back (for the next turn).
+    assert len(checks) == 1 and len(reads) == 1 and checks[0] < reads[0]
+
+
+async def test_a_read_waits_for_the_threads_writes_under_way(
+    saver: PooledPostgresSaver, pool: Pool
+) -> None:
+    """The turn's caller has its reply while the turn's checkpoints are being written: a
+    read of the thread right then still finds them."""
+    async with saver.deferred("w1"):
+        saved = await put(saver, "w1")
+        writing = asyncio.ensure_future(saver.flush("w1"))
+        await asyncio.sleep(0)  # the statements are taken, their transaction under way
+        found = await saver.aget_tuple(config("w1"))
+        await writing
+    assert found is not None
+    assert found.config["configurable"]["checkpoint_id"] == saved["configurable"]["checkpoint_id"]
+
+
+async def test_a_deferred_turns_values_are_serialized_when_written(
+    saver: PooledPostgresSaver, pool: Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Serializing (and compressing) a turn's values is work for after its reply."""
+    dumped: list[Any] = []
+    original = saver.serde.dumps_typed
+
+    def dumps_typed(value: Any) -> tuple[str, bytes]:
+        dumped.append(value)
+        return original(value)
+
+    monkeypatch.setattr(saver.serde, "dumps_typed", dumps_typed)
+    graph = noting_graph(saver)
+    cfg = {"configurable": {"thread_id": "s1"}}
+    async with saver.deferred("s1"):
+        await graph.ainvoke({"note": "long " * 40}, cfg)
+        assert dumped == []
+        await saver.flush("s1")
+        assert dumped
+    found = await PooledPostgresSaver(pool).aget_tuple(cfg)
+    assert found is not None and found.checkpoint["channel_values"]["note"] == "long " * 40
+    assert found.checkpoint["channel_values"]["step"] == 1
