@@ -52,9 +52,7 @@ def build_graph(deps: GraphDeps, checkpointer: BaseCheckpointSaver[Any] | None =
 
     builder.add_edge(START, "build_context")
     builder.add_edge("build_context", "agent")
-    builder.add_conditional_edges(
-        "agent", nodes.route_after_agent, ["tools", "log_tools", "save_response"]
-    )
+    # agent says where it goes (tools, log_tools or save_response): Nodes.agent.
     builder.add_edge("tools", "agent")
     builder.add_edge("log_tools", "save_response")
 

@@ -24,6 +24,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.config import get_stream_writer
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
+from langgraph.types import Command
 from psycopg_pool import PoolTimeout
 
 from src.graph import prompts
@@ -48,6 +49,20 @@ logger = logging.getLogger(__name__)
 # (LangGraph loads the whole last checkpoint when a run starts). Each step's checkpoint
 # still shows what the model saw.
 ANSWERED: dict[str, Any] = {"context": []}
+
+
+async def _answered(config: RunnableConfig, values: dict[str, Any]) -> dict[str, Any]:
+    """Hand the turn's caller its reply (`configurable.on_answered`, called with
+    save_response's values) and let it go on before the step's own bookkeeping (routing,
+    its writes, the next checkpoint): the reply leaves as soon as it is stored. Return
+    save_response's update."""
+    tell = (config.get("configurable") or {}).get("on_answered")
+    if tell is not None:
+        tell(values)
+        # The caller's wait ends in the loop's next turn and it goes on in the one after.
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+    return {**values, **ANSWERED}
 
 
 class ModelFailure(RuntimeError):
@@ -139,9 +154,13 @@ def with_images(messages: list[BaseMessage], config: RunnableConfig) -> list[Bas
 
 
 def with_ids(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-    """Return the context's messages, each with an id (a compression replaces them by id):
-    its position, short and compressible, unlike a random id for every message."""
-    return [m if m.id else m.model_copy(update={"id": f"c{i}"}) for i, m in enumerate(messages)]
+    """Give the context's messages, just made for this turn, each an id (a compression
+    replaces them by id): its position, short and compressible, unlike a random id for
+    every message. Set in place: a copy of each cost 0.3 ms a turn."""
+    for i, message in enumerate(messages):
+        if not message.id:
+            message.id = f"c{i}"
+    return list(messages)
 
 
 def _turn_messages(state: ConversationState) -> list[BaseMessage]:
@@ -241,7 +260,25 @@ class Nodes:
             "facts_due": conv is not None and conv["facts_pending"] >= settings.facts_every,
         }
 
-    async def agent(self, state: ConversationState, config: RunnableConfig) -> dict[str, Any]:
+    async def agent(
+        self, state: ConversationState, config: RunnableConfig
+    ) -> Command[Literal["tools", "log_tools", "save_response"]]:
+        """Call the chat model (see `answer`) and go on where its answer leads: the tools it
+        asked for, or the end of the turn (`route_after_agent`).
+
+        The node says where it goes instead of a conditional edge reading the state
+        afresh after it (a copy of every channel, 0.3 ms a turn).
+        """
+        update = await self.answer(state, config)
+        then = self.route_after_agent(
+            {
+                "messages": update["messages"],
+                "tool_rounds": update.get("tool_rounds", state.get("tool_rounds", 0)),
+            }
+        )
+        return Command(update=update, goto=then)
+
+    async def answer(self, state: ConversationState, config: RunnableConfig) -> dict[str, Any]:
         """Call the chat model; past the tool cap, call it without tools.
 
         A live turn (see `is_live`) streams the answer as it is written and ends early
@@ -457,8 +494,12 @@ class Nodes:
                 state["conversation_id"],
                 exc_info=True,
             )
-            return {"reply": shown, "stored_count": 1, "reply_stored": False, **ANSWERED}
-        return {"reply": shown, "stored_count": stored, "reply_stored": True, **ANSWERED}
+            return await _answered(
+                config, {"reply": shown, "stored_count": 1, "reply_stored": False}
+            )
+        return await _answered(
+            config, {"reply": shown, "stored_count": stored, "reply_stored": True}
+        )
 
     async def _within_budget(self, state: ConversationState, work: str) -> bool:
         """Tell whether the owner's token budget lets the work after the reply call

@@ -10,10 +10,11 @@ never raised into the call that was recorded.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -84,6 +85,8 @@ class UsageRecorder(AsyncCallbackHandler):
         self.counter = counter
         self._started: dict[uuid.UUID, _Started] = {}
         self._writes: set[asyncio.Task[None]] = set()
+        self._held: dict[str, list[CallRecord]] = {}
+        """Records of turns whose reply is not out yet, by turn id (see `holding`)."""
 
     # --- chat models (LangChain callbacks) -------------------------------------------
 
@@ -159,7 +162,27 @@ class UsageRecorder(AsyncCallbackHandler):
 
     # --- writing --------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def holding(self, turn_id: str) -> Iterator[None]:
+        """Keep the records of turn `turn_id`'s calls until `release(turn_id)` (its reply
+        is out) or the block's end: writing them is work for after the reply, not for
+        the time the user waits for it."""
+        self._held.setdefault(turn_id, [])
+        try:
+            yield
+        finally:
+            self.release(turn_id)
+
+    def release(self, turn_id: str) -> None:
+        """Write the turn's kept records, and from now on its records as they come."""
+        for record in self._held.pop(turn_id, []):
+            self._write(record)
+
     def _write(self, record: CallRecord) -> None:
+        held = self._held.get(record.turn_id) if record.turn_id else None
+        if held is not None:
+            held.append(record)
+            return
         task = asyncio.get_running_loop().create_task(self._store(record))
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
@@ -173,7 +196,9 @@ class UsageRecorder(AsyncCallbackHandler):
             )
 
     async def drain(self) -> None:
-        """Wait until every record so far is written."""
+        """Wait until every record so far is written (those kept for a turn too)."""
+        for turn_id in list(self._held):
+            self.release(turn_id)
         while self._writes:
             await asyncio.gather(*list(self._writes), return_exceptions=True)
 

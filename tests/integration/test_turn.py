@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import re
 from typing import Any
 
@@ -138,3 +140,33 @@ async def test_turn_writes_commit_together_and_reply_is_sent_when_storing_fails(
     assert [r["role"] for r in rows] == ["user"]
     user = await rt.deps.users.get(ALICE.owner_id)
     assert user is not None and user["active_messages_count"] is None
+
+
+async def test_the_reply_leaves_once_stored_not_after_the_steps_bookkeeping(
+    runtime_factory: Any, llm: Any, monkeypatch: Any
+) -> None:
+    """The caller has the reply as soon as save_response has stored it: what the step
+    does after (here held until the caller has its reply) does not hold it back."""
+    from src.graph.nodes import Nodes
+
+    release = asyncio.Event()
+    original = Nodes.save_response
+
+    @functools.wraps(original)
+    async def held(self: Nodes, state: Any, config: Any) -> Any:
+        update = await original(self, state, config)
+        await release.wait()
+        return update
+
+    monkeypatch.setattr(Nodes, "save_response", held)
+    rt = await runtime_factory()
+    llm.script("Ready")
+    try:
+        result = await asyncio.wait_for(rt.service.handle_message(ALICE, "Hi"), timeout=10)
+    finally:
+        release.set()
+    assert result.ok and result.reply == "Ready"
+    await rt.service.drain()
+    conv = await rt.deps.conversations.get_or_create_conversation(ALICE.owner_id)
+    rows = await rt.deps.conversations.load_last_messages(conv)
+    assert [r["content"] for r in rows][-1] == "Ready"

@@ -73,6 +73,70 @@ async def test_turn_with_tools_and_summary_records_each_call(
     assert owner.last_turn.calls == len(last) and owner.month.calls == len(rows)
 
 
+async def test_a_turn_traces_its_model_calls_not_its_graph(
+    runtime_factory: Any, llm: Any, monkeypatch: Any
+) -> None:
+    """The recorder is each model's own callback, not the run's: with it on the run, every
+    node, edge and write of the graph was a traced run of its own (2.5 ms of a turn)."""
+    from src.services.usage import UsageRecorder
+
+    chains: list[str] = []
+
+    async def on_chain_start(self: Any, serialized: Any, inputs: Any, **kwargs: Any) -> None:
+        chains.append(str(kwargs.get("name")))
+
+    monkeypatch.setattr(UsageRecorder, "on_chain_start", on_chain_start)
+    rt = await runtime_factory()
+    llm.script({"tool_calls": [{"name": "search_history", "args": {"query": "cat"}}]}, "Barsik.")
+    result = await rt.service.handle_message(ALICE, "what is my cat called?")
+    assert result.ok and result.tools_used == ["search_history"]
+    rows = await calls(rt)
+    assert [r["purpose"] for r in rows if r["turn_id"] == rows[-1]["turn_id"]] == [
+        "reply",
+        "reply",
+    ]
+    assert all(r["owner_id"] == ALICE.owner_id for r in rows)
+    assert chains == []
+
+
+async def test_a_turns_usage_is_written_after_its_reply(
+    runtime_factory: Any, llm: Any, monkeypatch: Any
+) -> None:
+    """Recording the reply's call is work for after the reply: held here until the caller
+    has the reply, save_response's step has written nothing yet."""
+    import asyncio
+    import functools
+
+    from src.graph.nodes import Nodes
+    from src.storage.usage_repo import UsageRepository
+
+    release, added = asyncio.Event(), []
+    save, add = Nodes.save_response, UsageRepository.add
+
+    @functools.wraps(save)
+    async def held(self: Nodes, state: Any, config: Any) -> Any:
+        update = await save(self, state, config)
+        await release.wait()
+        return update
+
+    async def adding(self: UsageRepository, record: Any) -> None:
+        added.append(record.purpose)
+        await add(self, record)
+
+    monkeypatch.setattr(Nodes, "save_response", held)
+    monkeypatch.setattr(UsageRepository, "add", adding)
+    rt = await runtime_factory()
+    llm.script("Noted.")
+    try:
+        result = await asyncio.wait_for(rt.service.handle_message(ALICE, "hi"), timeout=10)
+        await asyncio.sleep(0.2)
+        assert result.reply == "Noted." and added == []
+    finally:
+        release.set()
+    rows = await calls(rt)
+    assert added == ["reply"] and [r["purpose"] for r in rows] == ["reply"]
+
+
 async def test_streamed_turn_records_its_usage(runtime_factory: Any, llm: Any) -> None:
     rt = await runtime_factory()
     llm.script("a streamed answer, written piece by piece")
