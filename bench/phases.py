@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -176,43 +177,51 @@ def _ms(samples: list[Sample]) -> dict[str, float]:
     return summary([s.overhead_ms for s in samples])
 
 
-async def long_conversation(
-    env: Env, opener: Opener, turns: int, marks: list[int], window: int = 10
-) -> dict[str, Any]:
-    """Figures 1, 5, 6: one conversation of `turns` turns, single stream."""
-    async with opened(env, opener, "bench_long") as (subject, (pool, _, _)):
-        samples: list[Sample] = []
-        history_tokens = 0
-        at: dict[str, dict[str, Any]] = {}
-        bytes_before: dict[int, dict[str, int]] = {}
-        starts = {max(1, m - window + 1): m for m in marks}
-        for k in range(1, turns + 1):
-            if k in starts:
-                bytes_before[starts[k]] = await checkpoint_bytes(pool)
-            text = user_text(k)
-            sample = await measured_turn(env, subject, 1, text)
-            samples.append(sample)
-            stamped = stamp(text, datetime.now(UTC), env.settings)
-            history_tokens += tokens_of([stamped, sample.reply], env.counter)
-            if k in marks:
-                after = await checkpoint_bytes(pool)
-                first = max(1, k - window + 1)
-                n = k - first + 1
-                before = bytes_before[k]
-                shares = prefix_shares(samples[first - 1 : k], env.counter)
-                if first == 1:
-                    shares = shares[1:]  # the first request has nothing to repeat
-                at[str(k)] = {
-                    "tokens_sent": sample.tokens_sent,
-                    "prefix_repeated": round(sum(shares) / len(shares), 3) if shares else None,
-                    "history_tokens": history_tokens,
-                    "overhead_ms": summary([s.overhead_ms for s in samples[first - 1 : k]]),
-                    "checkpoint_bytes_per_turn": round((after["rows"] - before["rows"]) / n),
-                    "checkpoint_disk_bytes_per_turn": round((after["disk"] - before["disk"]) / n),
-                    "checkpoint_bytes_total": after["rows"],
-                }
+class _Long:
+    """One subject's long conversation, played a turn at a time (see `long_conversations`)."""
+
+    def __init__(
+        self, env: Env, subject: Subject, pool: Any, turns: int, marks: list[int], window: int
+    ) -> None:
+        self.env, self.subject, self.pool = env, subject, pool
+        self.turns, self.marks, self.window = turns, marks, window
+        self.samples: list[Sample] = []
+        self.history_tokens = 0
+        self.at: dict[str, dict[str, Any]] = {}
+        self.bytes_before: dict[int, dict[str, int]] = {}
+        self.starts = {max(1, m - window + 1): m for m in marks}
+
+    async def turn(self, k: int) -> None:
+        env, samples = self.env, self.samples
+        if k in self.starts:
+            self.bytes_before[self.starts[k]] = await checkpoint_bytes(self.pool)
+        text = user_text(k)
+        sample = await measured_turn(env, self.subject, 1, text)
+        samples.append(sample)
+        stamped = stamp(text, datetime.now(UTC), env.settings)
+        self.history_tokens += tokens_of([stamped, sample.reply], env.counter)
+        if k in self.marks:
+            after = await checkpoint_bytes(self.pool)
+            first = max(1, k - self.window + 1)
+            n = k - first + 1
+            before = self.bytes_before[k]
+            shares = prefix_shares(samples[first - 1 : k], env.counter)
+            if first == 1:
+                shares = shares[1:]  # the first request has nothing to repeat
+            self.at[str(k)] = {
+                "tokens_sent": sample.tokens_sent,
+                "prefix_repeated": round(sum(shares) / len(shares), 3) if shares else None,
+                "history_tokens": self.history_tokens,
+                "overhead_ms": summary([s.overhead_ms for s in samples[first - 1 : k]]),
+                "checkpoint_bytes_per_turn": round((after["rows"] - before["rows"]) / n),
+                "checkpoint_disk_bytes_per_turn": round((after["disk"] - before["disk"]) / n),
+                "checkpoint_bytes_total": after["rows"],
+            }
+
+    def result(self) -> dict[str, Any]:
+        samples = self.samples
         return {
-            "turns": turns,
+            "turns": self.turns,
             "failed": sum(not s.ok for s in samples),
             "overhead_ms": _ms(samples),
             "cpu_ms": summary([s.cpu_ms for s in samples]),
@@ -221,13 +230,34 @@ async def long_conversation(
             "wall_ms": summary([s.wall_ms for s in samples]),
             "model_ms": summary([s.model_ms for s in samples]),
             "background_ms": summary([s.background_ms for s in samples]),
-            "at_turn": at,
+            "at_turn": self.at,
             "series": {
                 "overhead_ms": [round(s.overhead_ms, 3) for s in samples],
                 "tokens_sent": [s.tokens_sent for s in samples],
-                "prefix_repeated": [round(x, 3) for x in prefix_shares(samples, env.counter)],
+                "prefix_repeated": [round(x, 3) for x in prefix_shares(samples, self.env.counter)],
             },
         }
+
+
+async def long_conversations(
+    env: Env, openers: dict[str, Opener], turns: int, marks: list[int], window: int = 10
+) -> dict[str, dict[str, Any]]:
+    """Figures 1, 5, 6: one conversation of `turns` turns per subject, single stream, the
+    subjects side by side: turn k of each before turn k + 1 of any, who goes first
+    alternating. A slow minute of the machine (other tenants, the CPU's clock) then weighs
+    on every subject alike, as it did not when each ran its 300 turns in turn."""
+    async with contextlib.AsyncExitStack() as stack:
+        runs: dict[str, _Long] = {}
+        for name, opener in openers.items():
+            subject, (pool, _, _) = await stack.enter_async_context(
+                opened(env, opener, f"bench_long_{name}")
+            )
+            runs[name] = _Long(env, subject, pool, turns, marks, window)
+        names = list(runs)
+        for k in range(1, turns + 1):
+            for name in names if k % 2 else names[::-1]:
+                await runs[name].turn(k)
+        return {name: run.result() for name, run in runs.items()}
 
 
 async def db_accounting(env: Env, opener: Opener, warm: int, turns: int) -> dict[str, Any]:

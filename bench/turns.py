@@ -95,17 +95,11 @@ def log(text: str) -> None:
 async def run_subject(
     env: phases.Env, name: str, opener: Any, cfg: dict[str, Any]
 ) -> dict[str, Any]:
-    """Run every phase for one subject."""
-    marks = [m for m in MARKS if m < cfg["turns"]] + [cfg["turns"]]
+    """Run every phase but the long conversation for one subject."""
     sizes = cfg["growth"] if name == "ours" else cfg["baseline_growth"]
     growth_turns = cfg["growth_turns"] if name == "ours" else cfg["baseline_growth_turns"]
     out: dict[str, Any] = {}
     log(f"{name}:")
-    out["long"] = await phases.timed(
-        f"{cfg['turns']}-turn conversation",
-        phases.long_conversation(env, opener, cfg["turns"], marks),
-        log,
-    )
     out["db"] = await phases.timed(
         "database accounting",
         phases.db_accounting(env, opener, cfg["db_warm"], cfg["db_turns"]),
@@ -151,9 +145,20 @@ async def run(
         try:
             if profile is not None:
                 await profile_ours(env, open_ours, cfg, profile)
+            marks = [m for m in MARKS if m < cfg["turns"]] + [cfg["turns"]]
+            long = await phases.timed(
+                f"{cfg['turns']}-turn conversations, side by side",
+                phases.long_conversations(
+                    env, {"ours": open_ours, "baseline": open_base}, cfg["turns"], marks
+                ),
+                log,
+            )
             figures = {
-                "ours": await run_subject(env, "ours", open_ours, cfg),
-                "baseline": await run_subject(env, "baseline", open_base, cfg),
+                "ours": {"long": long["ours"], **await run_subject(env, "ours", open_ours, cfg)},
+                "baseline": {
+                    "long": long["baseline"],
+                    **await run_subject(env, "baseline", open_base, cfg),
+                },
             }
         finally:
             await model_server.aclose()
