@@ -126,9 +126,10 @@ class DbCounter:
     psycopg makes to prepare a statement outside pipeline mode; statements are
     `execute`/`executemany` calls; a commit is a connection going back to idle after a
     write, and waits for its WAL flush
-    unless the transaction's writes all set synchronous_commit off (`async_commits`).
-    Work inside the LangGraph saver is also counted apart (`saver_*`), so our own
-    queries and the checkpointer's can be told apart.
+    unless the transaction's writes all set synchronous_commit off (`async_commits`);
+    `prepares` counts the round trips that prepared a statement. Work inside the
+    LangGraph saver is also counted apart (`saver_*`), so our own queries and the
+    checkpointer's can be told apart.
     """
 
     def __init__(self) -> None:
@@ -204,6 +205,7 @@ class DbCounter:
             def send_prepare(cursor: Any, *args: Any, **kwargs: Any) -> Any:
                 if not cursor._conn._pipeline:
                     count("round_trips")  # psycopg waits for the PREPARE first
+                    count("prepares")  # once per statement and connection
                 return original(cursor, *args, **kwargs)
 
             return send_prepare

@@ -467,19 +467,20 @@ class Nodes:
         conversation_id = uuid.UUID(state["conversation_id"])
         conversations = self.deps.conversations
         try:
-            # Pipelined: BEGIN, the inserts, the update and COMMIT in two round trips.
-            async with conversations.pool.connection() as conn, conn.pipeline():
-                async with conn.transaction():
-                    for record in records:
-                        await conversations.append_message(
-                            conversation_id,
-                            record["role"],
-                            record["content"],
-                            record["meta"],
-                            conn=conn,
+            async with conversations.pool.connection() as conn:
+                # Pipelined: the statements until the pipeline's sync are one transaction,
+                # committed in one round trip; what they stored is read after it.
+                async with conn.pipeline():
+                    sent = [
+                        await conversations.send_message(
+                            conn, conversation_id, record["role"], record["content"], record["meta"]
                         )
-                    await conversations.append_message(
-                        conversation_id, "assistant", reply, meta, conn=conn
+                        for record in records
+                    ]
+                    sent.append(
+                        await conversations.send_message(
+                            conn, conversation_id, "assistant", reply, meta
+                        )
                     )
                     await self.deps.users.advance_active_messages_count(
                         state["user_id"], stored, conn=conn
@@ -488,7 +489,9 @@ class Nodes:
                         await self.deps.delivery.add_reply(
                             Delivery.from_config(delivery), shown, conn=conn
                         )
-        except (psycopg.Error, PoolTimeout):
+                for message in sent:
+                    await message()
+        except (psycopg.Error, PoolTimeout, LookupError):
             logger.error(
                 "storing the reply of %s failed; sending it unstored",
                 state["conversation_id"],

@@ -29,6 +29,7 @@ from src.services.turn_lock import TurnLocks
 from src.services.usage import Usage
 from src.storage.checkpointer import PooledPostgresSaver
 from src.storage.delivery_repo import Delivery
+from src.storage.turn_reads import TurnStart, send_turn_start
 
 logger = logging.getLogger(__name__)
 
@@ -206,13 +207,18 @@ class AgentService:
         try:
             # The lock comes first: turns start in arrival order, and awaiting anything
             # before it would let two quick messages of one owner swap places.
-            async with self.locks.hold(identity.owner_id):
-                user = await self.deps.users.get_or_create(
-                    identity.owner_id, identity.username, identity.first_name, lang
-                )
-                model = self.model_of(user)
+            # The owner's row and conversation are read in the lease's round trip.
+            along = functools.partial(
+                send_turn_start,
+                owner_id=identity.owner_id,
+                username=identity.username,
+                first_name=identity.first_name,
+                language_code=lang,
+            )
+            async with self.locks.hold(identity.owner_id, along) as start:
+                assert start is not None
                 await self._turn_locked(
-                    identity, text, result, started, progress, delivery, stream, media, model
+                    identity, text, result, started, progress, start, delivery, stream, media
                 )
         except DB_ERRORS:
             logger.error("database unavailable for a turn of %s", identity.owner_id, exc_info=True)
@@ -242,16 +248,19 @@ class AgentService:
         result: asyncio.Future[TurnResult],
         started: float,
         progress: dict[str, bool],
+        start: TurnStart,
         delivery: Delivery | None = None,
         stream: TurnStream | None = None,
         media: MediaTurn | None = None,
-        model: str = "",
     ) -> None:
         deps, lang = self.deps, identity.language_code
         now = deps.clock()
+        model = self.model_of(start.user)
         # One checkout for all: each costs the pool's connection check.
         async with deps.conversations.pool.connection() as conn:
-            conversation = await deps.conversations.current(identity.owner_id, conn=conn)
+            conversation = start.conversation or await deps.conversations.current(
+                identity.owner_id, conn=conn
+            )
             conversation_id = uuid.UUID(str(conversation["id"]))
             row = await self._stored_before(delivery, conversation_id, conn)
             if row is None:
@@ -376,19 +385,26 @@ class AgentService:
         media: MediaTurn | None,
         conn: Any,
     ) -> dict[str, Any]:
-        """Store the user's message, linked to its update (and its album's others)."""
-        async with conn.transaction():
-            row = await self.deps.conversations.append_message(
-                conversation_id,
-                "user",
-                stamp(text, now, self.settings),
-                meta=media.meta if media is not None and media.kinds else None,
-                conn=conn,
+        """Store the user's message, linked to its update (and its album's others).
+
+        Alone, the message is one statement, committed in its own round trip; with its
+        update, the statements are pipelined in one transaction (two round trips: the
+        links need the message's id).
+        """
+        conversations = self.deps.conversations
+        stamped = stamp(text, now, self.settings)
+        meta = media.meta if media is not None and media.kinds else None
+        if delivery is None:
+            return await conversations.append_message(
+                conversation_id, "user", stamped, meta=meta, conn=conn
             )
-            if delivery is not None:
-                await self.deps.delivery.record_message(delivery.update_id, row["id"], conn)
-                if media is not None:
-                    await self.deps.delivery.consume(media.siblings, row["id"], conn)
+        async with conn.pipeline(), conn.transaction():
+            row = await conversations.append_message(
+                conversation_id, "user", stamped, meta=meta, conn=conn
+            )
+            await self.deps.delivery.record_message(delivery.update_id, row["id"], conn)
+            if media is not None:
+                await self.deps.delivery.consume(media.siblings, row["id"], conn)
         return row
 
     def model_of(self, user: dict[str, Any] | None) -> str:

@@ -18,14 +18,19 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 from psycopg_pool import AsyncConnectionPool
 
 from src.services.keyed_lock import KeyedLock
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Along = Callable[[Any], Awaitable[Callable[[], Awaitable[T]]]]
+"""Statements sent with the lease's (see `TurnLocks.hold`): given the lease's connection,
+in pipeline mode, send them and return what reads their results."""
 
 # Seconds the memory work after a reply may go on once the owner's next turn waits: enough
 # for a summary model that answers at once (so a user who types fast still gets summaries
@@ -112,15 +117,24 @@ class TurnLocks:
         self._timers: dict[int, asyncio.TimerHandle] = {}
         self._watchers: dict[int, asyncio.Task[None]] = {}
 
-    async def _acquire_lease(self, owner_id: int, holder: str) -> None:
+    async def _acquire_lease(
+        self, owner_id: int, holder: str, along: Along[T] | None = None
+    ) -> T | None:
+        """Take the owner's lease, waiting for its holder if another has it; return what
+        `along` read (see `hold`)."""
         delay, asked = 0.01, False
         while True:
             async with self.pool.connection() as conn:
-                cur = await conn.execute(ACQUIRE, (owner_id, holder, self.lease_seconds))
+                read = None
+                async with conn.pipeline() if along is not None else contextlib.nullcontext():
+                    cur = await conn.execute(ACQUIRE, (owner_id, holder, self.lease_seconds))
+                    if along is not None:
+                        read = await along(conn)
                 if await cur.fetchone() is not None:
-                    return
+                    return await read() if read is not None else None
                 if await self._take_over_from_the_dead(conn, owner_id, holder):
-                    return
+                    # Read again: what was read beside the lease came before it was ours.
+                    return await (await along(conn))() if along is not None else None
                 if not asked:
                     await conn.execute(WANT, (owner_id, holder))
                     asked = True
@@ -210,20 +224,22 @@ class TurnLocks:
             watcher.cancel()
 
     @contextlib.asynccontextmanager
-    async def hold(self, owner_id: int) -> AsyncIterator[None]:
+    async def hold(self, owner_id: int, along: Along[T] | None = None) -> AsyncIterator[T | None]:
         """Hold the owner's turn lock for the duration of the block.
 
         A holder that gave way (`give_way`) is waited for `give_way_after` seconds at
-        most, then cancelled.
+        most, then cancelled. With `along`, the block gets what it read: its statements
+        go in the lease's round trip (and its transaction), and are sent again while
+        the lease is not ours, so what the block gets was read with the lease held.
         """
         # Before the first await: callers keep their arrival order.
         self._interrupt_soon(owner_id)
         async with self._local.hold(owner_id):
             holder = self.holder
-            await self._acquire_lease(owner_id, holder)
+            got = await self._acquire_lease(owner_id, holder, along)
             renew = asyncio.create_task(self._renew_forever(owner_id, holder))
             try:
-                yield
+                yield got
             finally:
                 # Before any await: a cancel meant for the work must not cut the release.
                 self._stop_yielding(owner_id)

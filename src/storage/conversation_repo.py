@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
@@ -159,6 +160,21 @@ class ConversationRepository(Repository):
         conn: Conn | None = None,
     ) -> dict[str, Any]:
         """Store one message and return it with its id, number and time."""
+        async with self._conn(conn) as c:
+            stored = await self.send_message(c, conversation_id, role, content, meta)
+            return await stored()
+
+    async def send_message(
+        self,
+        conn: Any,
+        conversation_id: uuid.UUID,
+        role: str,
+        content: str,
+        meta: dict[str, Any] | None = None,
+    ) -> Callable[[], Awaitable[dict[str, Any]]]:
+        """Send `append_message`'s statement over `conn` and return what reads the
+        stored message back. In the caller's pipeline the statement is in its
+        transaction and round trip; read it once the pipeline is synced."""
         if role not in ROLES:
             raise ValueError(f"role must be one of {sorted(ROLES)}, not {role!r}")
         params = (
@@ -169,13 +185,17 @@ class ConversationRepository(Repository):
             # Only what the user and the assistant say carries facts about the user.
             role not in ("user", "assistant"),
         )
-        async with self._conn(conn) as c:
-            row = await (await c.execute(APPEND_MESSAGE, params)).fetchone()
+        cur = await conn.execute(APPEND_MESSAGE, params)
+
+        async def stored() -> dict[str, Any]:
+            row = await cur.fetchone()
             if row is None:
                 raise LookupError(f"conversation {conversation_id} does not exist")
             if self.max_storage > 0 and row["number"] > self.max_storage:
-                await c.execute(TRIM_STORAGE, (conversation_id, self.max_storage))
+                await conn.execute(TRIM_STORAGE, (conversation_id, self.max_storage))
             return row
+
+        return stored
 
     async def message(
         self, conversation_id: uuid.UUID, message_id: int, conn: Conn | None = None

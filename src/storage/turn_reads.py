@@ -1,21 +1,28 @@
-"""Everything a turn reads before the model call, in one pipelined round trip.
+"""Everything a turn reads before the model call, in two pipelined round trips.
 
-The owner's row (seed 000's counter), the conversation (running summary, messages
-awaiting fact extraction), the last stored messages, the facts and the compacts of
-previous sessions are independent reads: they are sent together in pipeline mode and
-their results read back after one sync, over one pool checkout. The statements are the
-repositories' own.
+At the turn's start, with the owner's turn lease (`TurnLocks.hold`): the owner's row,
+created or refreshed (names, last seen), and their current conversation
+(`send_turn_start`). Before the model call: the owner's row (seed 000's counter), the
+conversation (running summary, messages awaiting fact extraction), the last stored
+messages, the facts and the compacts of previous sessions (`read_turn`). Each round's
+reads are independent: they are sent together in pipeline mode and their results read
+back after one sync, over one pool checkout. The statements are the repositories' own.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from src.storage.conversation_repo import LOAD_LAST_MESSAGES, SELECT_CONVERSATION_WITH_PENDING
+from src.storage.conversation_repo import (
+    LOAD_LAST_MESSAGES,
+    SELECT_CONVERSATION_WITH_PENDING,
+    SELECT_LATEST_CONVERSATION,
+)
 from src.storage.memory_repo import SELECT_COMPACTS, SELECT_FACTS
-from src.storage.users_repo import SELECT_USER
+from src.storage.users_repo import SELECT_USER, UPSERT_USER, upsert_params
 
 Row = dict[str, Any]
 
@@ -32,6 +39,39 @@ class TurnReads:
     """Most important first."""
     compacts: list[Row]
     """Newest first."""
+
+
+@dataclass(frozen=True)
+class TurnStart:
+    """What a turn read at its start."""
+
+    user: Row
+    """The owner's row, created or refreshed."""
+    conversation: Row | None
+    """The owner's current conversation (id, last message time, end of its last ended
+    session), or None before their first."""
+
+
+async def send_turn_start(
+    conn: Any,
+    owner_id: int,
+    username: str | None = None,
+    first_name: str | None = None,
+    language_code: str | None = None,
+) -> Callable[[], Awaitable[TurnStart]]:
+    """Send the turn's first statements over `conn` (in the caller's pipeline: the
+    lease's) and return what reads their results once it is synced."""
+    user = await conn.execute(
+        UPSERT_USER, upsert_params(owner_id, username, first_name, language_code)
+    )
+    conversation = await conn.execute(SELECT_LATEST_CONVERSATION, (owner_id,))
+
+    async def read() -> TurnStart:
+        row = await user.fetchone()
+        assert row is not None
+        return TurnStart(row, await conversation.fetchone())
+
+    return read
 
 
 async def read_turn(
@@ -53,7 +93,8 @@ async def read_turn(
             await conn.execute(SELECT_FACTS, (owner_id, max(facts, 0))),
             await conn.execute(SELECT_COMPACTS, (owner_id, max(compacts, 0))),
         ]
-        user = await cursors[0].fetchone()
-        conversation = await cursors[1].fetchone()
-        rows = [list(await cur.fetchall()) for cur in cursors[2:]]
+    # Read once the pipeline is synced: a read inside it would cost a round trip more.
+    user = await cursors[0].fetchone()
+    conversation = await cursors[1].fetchone()
+    rows = [list(await cur.fetchall()) for cur in cursors[2:]]
     return TurnReads(user, conversation, rows[0], rows[1], rows[2])

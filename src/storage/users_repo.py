@@ -46,6 +46,21 @@ ORDER BY last_seen_at, telegram_user_id LIMIT %s
 FIRST_PAGE = (datetime.min.replace(tzinfo=UTC), -(2**63))
 
 
+def upsert_params(
+    telegram_user_id: int,
+    username: str | None = None,
+    first_name: str | None = None,
+    language_code: str | None = None,
+) -> tuple[int, str | None, str | None, str | None]:
+    """Return UPSERT_USER's parameters: the names as Telegram gave them, cleaned."""
+    return (
+        telegram_user_id,
+        clean_text(username) if username else None,
+        clean_text(first_name) if first_name else None,
+        clean_text(language_code) if language_code else None,
+    )
+
+
 class UsersRepository(Repository):
     """One row per Telegram user (or group chat)."""
 
@@ -58,12 +73,7 @@ class UsersRepository(Repository):
         conn: Conn | None = None,
     ) -> dict[str, Any]:
         """Return the user, creating it, refreshing its names and last-seen time."""
-        params = (
-            telegram_user_id,
-            clean_text(username) if username else None,
-            clean_text(first_name) if first_name else None,
-            clean_text(language_code) if language_code else None,
-        )
+        params = upsert_params(telegram_user_id, username, first_name, language_code)
         async with self._conn(conn) as c:
             row = await (await c.execute(UPSERT_USER, params)).fetchone()
             assert row is not None

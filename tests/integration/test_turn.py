@@ -170,3 +170,50 @@ async def test_the_reply_leaves_once_stored_not_after_the_steps_bookkeeping(
     conv = await rt.deps.conversations.get_or_create_conversation(ALICE.owner_id)
     rows = await rt.deps.conversations.load_last_messages(conv)
     assert [r["content"] for r in rows][-1] == "Ready"
+
+
+async def test_a_turn_asks_the_database_little_before_its_reply(
+    runtime_factory: Any, llm: Any, monkeypatch: Any
+) -> None:
+    """Before the model call, one round trip each: the lease with the owner's row and
+    conversation, the user's message, the check that the kept checkpoint is the last,
+    the memory the context is built from. Storing the reply is one more: the messages,
+    the counter and the commit in one pipeline. (The bench reports these per turn.)"""
+    from bench.harness import DbCounter
+    from src.graph.nodes import Nodes
+
+    counter = DbCounter()
+    seen: dict[str, int] = {}
+    original = Nodes.save_response
+
+    def exchanges() -> int:
+        # Not the statements' first preparation on a connection: the pool's connections
+        # take turns, and which of them has prepared what varies.
+        return counter.counts["round_trips"] - counter.counts["prepares"]
+
+    @functools.wraps(original)
+    async def counted(self: Nodes, state: Any, config: Any) -> Any:
+        before = exchanges()
+        try:
+            return await original(self, state, config)
+        finally:
+            seen["reply"] = exchanges() - before
+
+    def answer(body: dict[str, Any]) -> str:
+        seen["model call"] = exchanges()
+        return "Hello again"
+
+    monkeypatch.setattr(Nodes, "save_response", counted)
+    rt = await runtime_factory()
+    llm.script("Hello")
+    await rt.service.handle_message(ALICE, "Hi")  # creates the owner and the conversation
+    await rt.service.drain()
+    if rt.embeddings is not None:
+        await rt.embeddings.drain()
+    llm.script(answer)
+    with counter.installed():
+        result = await rt.service.handle_message(ALICE, "How are you?")
+        await rt.service.drain()
+    assert result.ok and result.reply == "Hello again"
+    # At most: a pipeline's answer may be read while it sends, and is then not counted.
+    assert 1 <= seen["model call"] <= 4 and seen["reply"] <= 1

@@ -82,3 +82,43 @@ async def test_memory_work_gives_way_to_a_turn_of_another_instance(
             await rt.close()
         for p in pools:
             await p.close()
+
+
+async def test_a_turn_reads_its_conversation_once_the_lease_is_its(
+    fresh_schema: str, llm: Any
+) -> None:
+    """A turn reads the owner's conversation in the round trip that asks for the lease.
+    While another instance holds the lease and starts a new conversation (/new deletes
+    the old one), the waiting turn's first read sees the old one: it must read again
+    once the lease is its, and store the message in the new one."""
+    pools = [make_pool(fresh_schema, 1, 5) for _ in range(2)]
+    for p in pools:
+        await p.open()
+    settings = make_settings(llm, summary_trigger=1000)
+    a, b = [await build_runtime(settings, pool=p) for p in pools]
+    try:
+        assert (await b.service.handle_message(CHAT, "first")).ok
+        repo = a.deps.conversations
+        old = await repo.get_or_create_conversation(CHAT.owner_id)
+        async with a.service.locks.hold(CHAT.owner_id):
+            turn = asyncio.ensure_future(b.service.handle_message(CHAT, "second"))
+            async with pools[0].connection() as conn:
+                while True:  # B asked for the lease: its first reads are done
+                    cur = await conn.execute(
+                        "SELECT wanted FROM turn_leases WHERE owner_id = %s", (CHAT.owner_id,)
+                    )
+                    row = await cur.fetchone()
+                    if row is not None and row["wanted"]:
+                        break
+                    await asyncio.sleep(0.01)
+            new = await repo.create_new_conversation(CHAT.owner_id)
+        result = await asyncio.wait_for(turn, 10)
+        assert result.ok and result.conversation_id == str(new) != str(old)
+        rows = await repo.load_last_messages(new, limit=10)
+        assert [r["role"] for r in rows] == ["user", "assistant"]
+        assert "second" in rows[0]["content"]
+    finally:
+        for rt in (a, b):
+            await rt.close()
+        for p in pools:
+            await p.close()
