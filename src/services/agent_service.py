@@ -214,6 +214,7 @@ class AgentService:
                 username=identity.username,
                 first_name=identity.first_name,
                 language_code=lang,
+                update_id=delivery.update_id if delivery is not None else None,
             )
             async with self.locks.hold(identity.owner_id, along) as start:
                 assert start is not None
@@ -262,7 +263,7 @@ class AgentService:
                 identity.owner_id, conn=conn
             )
             conversation_id = uuid.UUID(str(conversation["id"]))
-            row = await self._stored_before(delivery, conversation_id, conn)
+            row = await self._stored_message(conversation_id, start.stored_message_id, conn)
             if row is None:
                 row = await self._store(conversation_id, text, now, delivery, media, conn)
         progress["stored"] = True
@@ -438,11 +439,18 @@ class AgentService:
         if delivery is None:
             return None
         message_id = await self.deps.delivery.stored_message_id(delivery.update_id, conn)
+        return await self._stored_message(conversation_id, message_id, conn)
+
+    async def _stored_message(
+        self, conversation_id: uuid.UUID, message_id: int | None, conn: Any
+    ) -> dict[str, Any] | None:
+        """Return the stored user message `message_id` (an earlier run of the update
+        stored it), if it is still in the conversation."""
         if message_id is None:
             return None
         row = await self.deps.conversations.message(conversation_id, message_id, conn)
         if row is not None:
-            logger.info("update %s runs again on its stored message", delivery.update_id)
+            logger.info("message %s runs again: its update came back", message_id)
         return row
 
     async def remember(

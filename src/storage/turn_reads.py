@@ -1,12 +1,13 @@
 """Everything a turn reads before the model call, in two pipelined round trips.
 
 At the turn's start, with the owner's turn lease (`TurnLocks.hold`): the owner's row,
-created or refreshed (names, last seen), and their current conversation
-(`send_turn_start`). Before the model call: the owner's row (seed 000's counter), the
-conversation (running summary, messages awaiting fact extraction), the last stored
-messages, the facts and the compacts of previous sessions (`read_turn`). Each round's
-reads are independent: they are sent together in pipeline mode and their results read
-back after one sync, over one pool checkout. The statements are the repositories' own.
+created or refreshed (names, last seen), their current conversation and, for a Telegram
+update run again, the message it stored before (`send_turn_start`). Before the model
+call: the owner's row (seed 000's counter), the conversation (running summary, messages
+awaiting fact extraction), the last stored messages, the facts and the compacts of
+previous sessions (`read_turn`). Each round's reads are independent: they are sent
+together in pipeline mode and their results read back after one sync, over one pool
+checkout. The statements are the repositories' own.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from src.storage.conversation_repo import (
     SELECT_CONVERSATION_WITH_PENDING,
     SELECT_LATEST_CONVERSATION,
 )
+from src.storage.delivery_repo import MESSAGE_ID
 from src.storage.memory_repo import SELECT_COMPACTS, SELECT_FACTS
 from src.storage.users_repo import SELECT_USER, UPSERT_USER, upsert_params
 
@@ -50,6 +52,9 @@ class TurnStart:
     conversation: Row | None
     """The owner's current conversation (id, last message time, end of its last ended
     session), or None before their first."""
+    stored_message_id: int | None = None
+    """The user's message an earlier run of the turn's Telegram update stored (its
+    worker died), if any."""
 
 
 async def send_turn_start(
@@ -58,18 +63,22 @@ async def send_turn_start(
     username: str | None = None,
     first_name: str | None = None,
     language_code: str | None = None,
+    update_id: int | None = None,
 ) -> Callable[[], Awaitable[TurnStart]]:
     """Send the turn's first statements over `conn` (in the caller's pipeline: the
-    lease's) and return what reads their results once it is synced."""
+    lease's) and return what reads their results once it is synced. With the turn's
+    Telegram `update_id`, also look up the message an earlier run of it stored."""
     user = await conn.execute(
         UPSERT_USER, upsert_params(owner_id, username, first_name, language_code)
     )
     conversation = await conn.execute(SELECT_LATEST_CONVERSATION, (owner_id,))
+    stored = None if update_id is None else await conn.execute(MESSAGE_ID, (update_id,))
 
     async def read() -> TurnStart:
         row = await user.fetchone()
         assert row is not None
-        return TurnStart(row, await conversation.fetchone())
+        link = await stored.fetchone() if stored is not None else None
+        return TurnStart(row, await conversation.fetchone(), link["message_id"] if link else None)
 
     return read
 
