@@ -215,6 +215,7 @@ class AgentService:
                 first_name=identity.first_name,
                 language_code=lang,
                 update_id=delivery.update_id if delivery is not None else None,
+                checkpoints=isinstance(self.graph.checkpointer, PooledPostgresSaver),
             )
             async with self.locks.hold(identity.owner_id, along) as start:
                 assert start is not None
@@ -306,6 +307,9 @@ class AgentService:
         )
         saver = self.graph.checkpointer
         thread_id = str(conversation_id)
+        if isinstance(saver, PooledPostgresSaver) and start.conversation is not None:
+            # Read with the lease: the run's first read need not look again.
+            saver.confirm_latest(thread_id, start.latest_checkpoint_id)
         # The turn's checkpoints are written after its reply (see PooledPostgresSaver).
         deferred = (
             saver.deferred(thread_id)

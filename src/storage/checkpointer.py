@@ -157,6 +157,15 @@ from checkpoints """
 LATEST_WHERE = "WHERE thread_id = %s AND checkpoint_ns = %s ORDER BY checkpoint_id DESC LIMIT 1"
 # The id of a thread's last checkpoint: an index's first entry, planned in no time.
 SELECT_LATEST_ID = "SELECT checkpoint_id FROM checkpoints " + LATEST_WHERE
+# The same for a memory owner's current conversation (its thread), read with the turn's
+# lease (`src/storage/turn_reads.py`); see `confirm_latest`.
+SELECT_OWNERS_LATEST_ID = """
+SELECT checkpoint_id FROM checkpoints
+WHERE thread_id = (
+    SELECT id::text FROM conversations WHERE telegram_user_id = %s
+    ORDER BY created_at DESC, id DESC LIMIT 1
+) AND checkpoint_ns = '' ORDER BY checkpoint_id DESC LIMIT 1
+"""
 
 # A reference to a write about to be deleted takes the write's value (`tgagent db prune`).
 RESOLVE_REFS = """
@@ -363,6 +372,9 @@ class PooledPostgresSaver(AsyncPostgresSaver):
         self._latest: dict[str, DictRow] = {}
         """Threads' last checkpoints as a turn's last write read them back (the read's
         row), each for the thread's next read of its last checkpoint, once."""
+        self._confirmed: dict[str, str] = {}
+        """Threads' last checkpoint ids as a turn read them before its run (see
+        `confirm_latest`), each for the thread's next read of its last checkpoint, once."""
 
     @contextlib.asynccontextmanager
     async def deferred(self, thread_id: str) -> AsyncIterator[None]:
@@ -704,13 +716,28 @@ class PooledPostgresSaver(AsyncPostgresSaver):
         self._latest.pop(str(thread_id), None)
         await super().adelete_thread(thread_id)
 
+    def confirm_latest(self, thread_id: str, checkpoint_id: str | None) -> None:
+        """Tell the saver the id of the thread's last checkpoint, just read in another
+        round trip (a turn reads it with its lease: SELECT_OWNERS_LATEST_ID): the thread's
+        next read of its last checkpoint then uses the one this saver kept, if that is
+        it, without looking again."""
+        if checkpoint_id is None or str(thread_id) not in self._latest:
+            return
+        self._confirmed[str(thread_id)] = checkpoint_id
+        if len(self._confirmed) > LATEST_KEPT:
+            del self._confirmed[next(iter(self._confirmed))]
+
     async def _kept_latest(self, thread_id: str, args: tuple[Any, ...]) -> DictRow | None:
         """Return the thread's last checkpoint as this saver read it back after writing it,
         if it is still the last one (any process, any run may have written one since):
-        one look at an index instead of the read, its planning and its blob lookups."""
+        one look at an index instead of the read, its planning and its blob lookups, and
+        not even that when the id was just read elsewhere (`confirm_latest`)."""
         kept = self._latest.pop(thread_id, None)
+        confirmed = self._confirmed.pop(thread_id, None)
         if kept is None or args[1] != "":
             return None
+        if confirmed == kept["checkpoint_id"]:
+            return kept
         async with self._cursor() as cur:
             await cur.execute(SELECT_LATEST_ID, args)
             row = await cur.fetchone()

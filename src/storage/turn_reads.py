@@ -1,13 +1,14 @@
 """Everything a turn reads before the model call, in two pipelined round trips.
 
 At the turn's start, with the owner's turn lease (`TurnLocks.hold`): the owner's row,
-created or refreshed (names, last seen), their current conversation and, for a Telegram
-update run again, the message it stored before (`send_turn_start`). Before the model
-call: the owner's row (seed 000's counter), the conversation (running summary, messages
-awaiting fact extraction), the last stored messages, the facts and the compacts of
-previous sessions (`read_turn`). Each round's reads are independent: they are sent
-together in pipeline mode and their results read back after one sync, over one pool
-checkout. The statements are the repositories' own.
+created or refreshed (names, last seen), their current conversation, the id of its
+thread's last checkpoint and, for a Telegram update run again, the message it stored
+before (`send_turn_start`). Before the model call: the owner's row (seed 000's counter),
+the conversation (running summary, messages awaiting fact extraction), the last stored
+messages, the facts and the compacts of previous sessions (`read_turn`). Each round's
+reads are independent: they are sent together in pipeline mode and their results read
+back after one sync, over one pool checkout. The statements are the repositories' own
+(the checkpoint's, the saver's).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from src.storage.checkpointer import SELECT_OWNERS_LATEST_ID
 from src.storage.conversation_repo import (
     LOAD_LAST_MESSAGES,
     SELECT_CONVERSATION_WITH_PENDING,
@@ -55,6 +57,8 @@ class TurnStart:
     stored_message_id: int | None = None
     """The user's message an earlier run of the turn's Telegram update stored (its
     worker died), if any."""
+    latest_checkpoint_id: str | None = None
+    """The id of the last checkpoint of the conversation's thread, when asked for."""
 
 
 async def send_turn_start(
@@ -64,21 +68,31 @@ async def send_turn_start(
     first_name: str | None = None,
     language_code: str | None = None,
     update_id: int | None = None,
+    checkpoints: bool = False,
 ) -> Callable[[], Awaitable[TurnStart]]:
     """Send the turn's first statements over `conn` (in the caller's pipeline: the
     lease's) and return what reads their results once it is synced. With the turn's
-    Telegram `update_id`, also look up the message an earlier run of it stored."""
+    Telegram `update_id`, also look up the message an earlier run of it stored; with
+    `checkpoints` (the graph's checkpoints are in this database), the id of the
+    conversation thread's last checkpoint."""
     user = await conn.execute(
         UPSERT_USER, upsert_params(owner_id, username, first_name, language_code)
     )
     conversation = await conn.execute(SELECT_LATEST_CONVERSATION, (owner_id,))
     stored = None if update_id is None else await conn.execute(MESSAGE_ID, (update_id,))
+    latest = await conn.execute(SELECT_OWNERS_LATEST_ID, (owner_id,)) if checkpoints else None
 
     async def read() -> TurnStart:
         row = await user.fetchone()
         assert row is not None
         link = await stored.fetchone() if stored is not None else None
-        return TurnStart(row, await conversation.fetchone(), link["message_id"] if link else None)
+        last = await latest.fetchone() if latest is not None else None
+        return TurnStart(
+            row,
+            await conversation.fetchone(),
+            link["message_id"] if link else None,
+            last["checkpoint_id"] if last else None,
+        )
 
     return read
 

@@ -554,10 +554,38 @@ async def test_a_turn_after_an_answered_one_reads_the_kept_checkpoint(
     assert (await rt.service.handle_message(CAROL, "Third")).reply == "re: third"
     await rt.service.drain()
     reads = [i for i, q in enumerate(seen) if "jsonb_each_text" in q]
-    checks = [i for i, q in enumerate(seen) if q.startswith("SELECT checkpoint_id FROM")]
-    # The turn's start checked the kept checkpoint; only its last write read the thread
-    # back (for the next turn).
-    assert len(checks) == 1 and len(reads) == 1 and checks[0] < reads[0]
+    checks = [i for i, q in enumerate(seen) if "SELECT checkpoint_id FROM" in q]
+    # The turn's lease read the thread's last checkpoint id, and its run used the kept
+    # checkpoint without looking again; only its last write read the thread back (for
+    # the next turn).
+    assert len(checks) == 1 and "telegram_user_id" in seen[checks[0]]
+    assert len(reads) == 1 and checks[0] < reads[0]
+
+
+async def test_a_confirmed_checkpoint_id_spares_the_look_only_when_it_is_the_kept_one(
+    saver: PooledPostgresSaver, pool: Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn reads its thread's last checkpoint id with its lease (`confirm_latest`): the
+    kept checkpoint is then used without a query; an id that is another's (a process
+    wrote since) is no proof, and the read looks as before."""
+    cfg = {"configurable": {"thread_id": "k3"}}
+    async with saver.deferred("k3"):
+        await noting_graph(saver).ainvoke({"note": "mine"}, cfg)
+    expected = await PooledPostgresSaver(pool).aget_tuple(cfg)
+    assert expected is not None
+    saver.confirm_latest("k3", expected.config["configurable"]["checkpoint_id"])
+    seen = spy_queries(monkeypatch)
+    same_tuple(await saver.aget_tuple(cfg), expected)
+    assert seen == []
+    monkeypatch.undo()
+
+    async with saver.deferred("k3"):
+        await noting_graph(saver).ainvoke({"note": "again"}, cfg)
+    other = PooledPostgresSaver(pool)
+    await noting_graph(other).ainvoke({"note": "theirs"}, cfg)
+    saver.confirm_latest("k3", "not-the-last")
+    found = await saver.aget_tuple(cfg)
+    assert found is not None and found.checkpoint["channel_values"]["note"] == "theirs"
 
 
 async def test_a_read_waits_for_the_threads_writes_under_way(
