@@ -1,8 +1,8 @@
 """How memory work (summary, facts, compacts) tells its model's failures apart, and logs them.
 
-A memory model that refuses an input (400 bad request, 413 too large, 422 unprocessable, an answer withheld
-by a content filter: a request over the model's size) will refuse the same input again: it
-is permanent for that input, so the input is quarantined instead of retried every turn.
+A memory model that refuses an input (400 bad request, 413 too large, 422 unprocessable,
+an answer withheld by a content filter) will refuse the same input again: it is
+permanent for that input, so the input is quarantined instead of retried every turn.
 Anything else (5xx, timeouts, lost connections, 429 rate limits, 401/403/404 that say
 the endpoint or the key is wrong) is transient or not the input's fault: retried later,
 with a back-off. A failing memory call logs one line; its traceback goes to DEBUG.
