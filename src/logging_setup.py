@@ -1,4 +1,8 @@
-"""Configure logging once, with a filter that keeps secrets out of every record."""
+"""Configure logging once, with a filter that keeps secrets out of every record.
+
+A command that talks on the terminal (`tgagent chat`) shows each record on one line,
+an exception as its type, status and message: tracebacks only with DEBUG logging.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,12 @@ import logging
 import re
 
 from src.config import Settings
+from src.graph.memory.errors import describe
 
 # Bot API URLs carry the token in the path; mask any that slip into a message.
 _TOKEN_IN_URL = re.compile(r"/bot\d+:[A-Za-z0-9_-]+")
 _FORMATTER = logging.Formatter()
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 class RedactSecrets(logging.Filter):
@@ -20,14 +26,15 @@ class RedactSecrets(logging.Filter):
         # Longest first: a secret that contains another is masked whole.
         self.secrets = sorted({s for s in secrets if s and len(s) >= 6}, key=len, reverse=True)
 
-    def _clean(self, text: str) -> str:
+    def clean(self, text: str) -> str:
+        """Return `text` with the secrets and bot tokens masked."""
         for secret in self.secrets:
             text = text.replace(secret, "***")
         return _TOKEN_IN_URL.sub("/bot***", text)
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        cleaned = self._clean(message)
+        cleaned = self.clean(message)
         if cleaned != message:
             record.msg, record.args = cleaned, None
         # A traceback repeats the exception's text (a DSN, a URL): format it here, once,
@@ -35,10 +42,45 @@ class RedactSecrets(logging.Filter):
         if record.exc_info and not record.exc_text:
             record.exc_text = _FORMATTER.formatException(record.exc_info)
         if record.exc_text:
-            record.exc_text = self._clean(record.exc_text)
+            record.exc_text = self.clean(record.exc_text)
         if record.stack_info:
-            record.stack_info = self._clean(record.stack_info)
+            record.stack_info = self.clean(record.stack_info)
         return True
+
+
+class OneLineFormatter(logging.Formatter):
+    """Format a record as one line: an exception as `describe` words it, no traceback."""
+
+    def __init__(self, redact: RedactSecrets | None = None) -> None:
+        super().__init__(FORMAT)
+        self.redact = redact
+
+    def format(self, record: logging.LogRecord) -> str:
+        exc = record.exc_info[1] if record.exc_info else None
+        kept = record.exc_info, record.exc_text, record.stack_info
+        record.exc_info, record.exc_text, record.stack_info = None, None, None
+        try:
+            line = super().format(record)
+        finally:
+            record.exc_info, record.exc_text, record.stack_info = kept
+        if exc is not None:
+            line += f" ({describe(exc)})"
+        line = " ".join(line.split())
+        return self.redact.clean(line) if self.redact is not None else line
+
+
+def one_line_logs() -> None:
+    """Show every log record on one line, unless DEBUG logging was asked for.
+
+    For the terminal: a failing background call (a memory model answering 500 on every
+    turn) is one short line each time, not a screen of traceback.
+    """
+    root = logging.getLogger()
+    if root.getEffectiveLevel() <= logging.DEBUG:
+        return
+    for handler in root.handlers:
+        redact = next((f for f in handler.filters if isinstance(f, RedactSecrets)), None)
+        handler.setFormatter(OneLineFormatter(redact))
 
 
 def secrets_of(settings: Settings) -> list[str]:
@@ -69,7 +111,7 @@ def configure_logging(level: str, settings: Settings) -> None:
     """Set up root logging with secret redaction on every handler."""
     logging.basicConfig(
         level=level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        format=FORMAT,
         force=True,
     )
     redact = RedactSecrets(secrets_of(settings))

@@ -10,6 +10,7 @@ from typing import Any, TextIO
 
 from src.config import Settings
 from src.lang import terminal_lang
+from src.logging_setup import one_line_logs
 from src.services import local_model
 from src.services.agent_service import AgentService, Identity, TurnStream
 from src.services.factory import build_runtime
@@ -29,7 +30,8 @@ def register(sub: Any, db_sub: Any) -> None:
         default=None,
         help="language of the bot's own texts (ru|en; default: the terminal's, from LANG)",
     )
-    # Replies go to stdout; only warnings go to stderr unless --log-level says otherwise.
+    # Replies go to stdout; only warnings go to stderr unless --log-level says otherwise,
+    # one line each (tracebacks with --log-level DEBUG).
     parser.set_defaults(handler=run_chat, quiet_logs=True)
 
 
@@ -167,6 +169,7 @@ async def find_model(settings: Settings, lang: str) -> Settings | None:
 
 async def run_chat(args: argparse.Namespace, settings: Settings) -> int:
     """Run the terminal chat until EOF."""
+    one_line_logs()
     lang = args.lang or terminal_lang()
     configured = await find_model(settings, lang)
     if configured is None:

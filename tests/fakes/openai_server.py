@@ -27,7 +27,14 @@ at the root. With `supports_structured_output = False` the server answers "json_
 like an older self-hosted OpenAI-compatible server: 400 "not supported". The reply content
 is still whatever is scripted. A rejected request is answered 400 at once and recorded,
 but consumes no injected fault, delay or scripted reply, so a client's fallback request
-gets the reply that was meant for it.
+gets the reply that was meant for it. `structured_output_mode` says which types the server
+knows beyond that validation: "json_schema" (the default: all three), "json_object" (like
+llama-cpp-python, whose request model allows 'text' and 'json_object' only: a "json_schema"
+request is answered 500 with its pydantic validation error, `{"error": {"message":
+"[{'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': \"Input
+should be 'text' or 'json_object'\", ...}]", "type": "internal_server_error", ...}}`), or
+"text" (the same 500, "Input should be 'text'", for "json_object" and "json_schema"). Such
+a refusal is recorded and consumes nothing either, like a rejected `response_format`.
 
 Output caps: `max_completion_tokens` and `max_tokens` (a positive integer, else 400) are
 honoured like the real servers: the reply is cut to the cap, counting one token per
@@ -174,6 +181,12 @@ ROLES = ("system", "developer", "user", "assistant", "tool")
 PART_TYPES = ("text", "image_url")  # the content parts the fake understands
 DETAILS = ("auto", "low", "high")
 RESPONSE_FORMAT_TYPES = ("text", "json_object", "json_schema")
+# `structured_output_mode` -> the `response_format` types such a server knows.
+STRUCTURED_OUTPUT_MODES = {
+    "json_schema": RESPONSE_FORMAT_TYPES,
+    "json_object": ("text", "json_object"),
+    "text": ("text",),
+}
 _SCHEMA_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 DEFAULT_EMBEDDING_MODELS = ("text-embedding-3-small", "fake-embed")
 DEFAULT_EMBEDDING_DIMS = 64
@@ -369,6 +382,7 @@ class FakeOpenAI(BackgroundAiohttpServer):
         self.stream_words = False
         self.cancelled_streams = 0
         self.supports_structured_output = True
+        self.structured_output_mode = "json_schema"
         self.honours_max_completion_tokens = True
         self.reports_usage = True
         self.cached_prompt_tokens = 0
@@ -568,6 +582,7 @@ class FakeOpenAI(BackgroundAiohttpServer):
             self.stream_words = False
             self.concurrency_key = None
             self.supports_structured_output = True
+            self.structured_output_mode = "json_schema"
             self.honours_max_completion_tokens = True
             self.reports_usage = True
             self.cached_prompt_tokens = 0
@@ -619,6 +634,9 @@ class FakeOpenAI(BackgroundAiohttpServer):
             rejection = chat_rejection(body, self.supports_structured_output)
             if rejection is not None:
                 return key, ("invalid", *rejection), 0.0, self.default_reply
+            unknown = unknown_format(body, self.structured_output_mode)
+            if unknown is not None:
+                return key, ("status", 500, unknown), 0.0, self.default_reply
             images, refusal = read_images(body, self.vision_models)
             if refusal is not None:
                 return key, ("invalid", *refusal), 0.0, self.default_reply
@@ -1166,6 +1184,25 @@ def response_format_problem(body: dict[str, Any], supports_json_schema: bool = T
     return None
 
 
+def unknown_format(body: dict[str, Any], mode: str) -> dict[str, Any] | None:
+    """Return the 500 body a server of `structured_output_mode` answers a `response_format`
+    type it does not know with (llama-cpp-python's pydantic validation error), or None."""
+    known = STRUCTURED_OUTPUT_MODES[mode]
+    kind = (body.get("response_format") or {}).get("type")
+    if kind is None or kind in known:
+        return None
+    expected = " or ".join(f"'{k}'" for k in known)
+    detail = {
+        "type": "literal_error",
+        "loc": ("body", "response_format", "type"),
+        "msg": f"Input should be {expected}",
+        "input": kind,
+        "ctx": {"expected": expected},
+    }
+    error = {"message": str([detail]), "type": "internal_server_error"}
+    return {"error": error | {"param": None, "code": None}}
+
+
 def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
     """Return the request's messages that are objects."""
     messages = body.get("messages")
@@ -1346,6 +1383,12 @@ def main(argv: list[str] | None = None) -> None:
         help="reject response_format of type json_schema like an older server",
     )
     parser.add_argument(
+        "--structured-output-mode",
+        choices=list(STRUCTURED_OUTPUT_MODES),
+        default="json_schema",
+        help="the response_format types known (json_object: like llama-cpp-python)",
+    )
+    parser.add_argument(
         "--ignore-max-completion-tokens",
         action="store_true",
         help="ignore max_completion_tokens (honour only max_tokens) like llama.cpp's server",
@@ -1358,6 +1401,7 @@ def main(argv: list[str] | None = None) -> None:
     server.stream_delay = args.stream_delay
     server.stream_words = args.stream_words
     server.supports_structured_output = not args.no_structured_output
+    server.structured_output_mode = args.structured_output_mode
     server.honours_max_completion_tokens = not args.ignore_max_completion_tokens
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

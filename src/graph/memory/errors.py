@@ -40,7 +40,10 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}{f' {status}' if status else ''}: {text}"
 
 
-def log_failure(logger: logging.Logger, what: str, exc: BaseException) -> None:
-    """Log a failed memory call as one warning line; its traceback at DEBUG."""
-    logger.warning("%s failed: %s", what, describe(exc))
+def log_failure(logger: logging.Logger, what: str, exc: BaseException, outcome: str = "") -> None:
+    """Log a failed memory call as one warning line; its traceback at DEBUG.
+
+    `outcome`: what was done about it, said at the end of the line.
+    """
+    logger.warning("%s failed: %s%s", what, describe(exc), f"; {outcome}" if outcome else "")
     logger.debug("%s failed", what, exc_info=exc)

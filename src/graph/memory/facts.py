@@ -24,6 +24,8 @@ from langchain_core.messages import HumanMessage, SystemMessage
 
 from src.graph import prompts
 from src.graph.deps import GraphDeps
+from src.graph.memory.errors import is_refusal
+from src.graph.memory.facts_salvage import complete_items, settle, store_and_mark
 from src.graph.memory.structured import CutAnswer, load_json, object_schema
 from src.graph.memory.summarizer import summary_limits, take_batch
 from src.graph.model_calls import call_config
@@ -194,45 +196,77 @@ async def read_pending(
 
 
 async def extract_batch(deps: GraphDeps, batch: Batch) -> int:
-    """Extract facts from one batch, store them and mark the batch; return facts stored.
+    """Extract facts from one batch, store them and mark what they came from; return facts stored.
 
-    A model error propagates with nothing marked, so the batch is tried again later; an
-    unreadable answer is logged and marks the batch (it would be as unreadable again).
+    Nothing is marked unless its content survived. An answer cut at its output cap keeps
+    its complete facts and the messages are asked about again in halves; an input the
+    model refuses for good (errors.py) is found by halving and marked without facts.
+    Any other model error propagates with the batch unmarked, so it is tried again
+    later; an unreadable answer is logged and marks the batch (it would be as
+    unreadable again).
     """
-    facts: list[dict[str, Any]] = []
-    if batch.text:
-        keys = await deps.memory.fact_keys(batch.owner_id, deps.settings.max_facts)
-        prompt = prompts.FACTS_EXTRACT.format(
-            keys=", ".join(keys) or "(none yet)", conversation=batch.text
+    if not batch.text:
+        return await store_and_mark(deps, batch, [], batch.ids)
+    keys = await deps.memory.fact_keys(batch.owner_id, deps.settings.max_facts)
+    try:
+        facts = await _ask_facts(deps, batch, keys)
+    except CutAnswer as exc:
+        salvaged = reuse_known_keys(read_facts(complete_items(exc.text)), keys)
+        return await _recover(deps, batch, salvaged, None)
+    except Exception as exc:
+        if not is_refusal(exc):
+            raise
+        return await _recover(deps, batch, [], exc)
+    return await store_and_mark(deps, batch, facts, batch.ids)
+
+
+async def _ask_facts(deps: GraphDeps, batch: Batch, keys: list[str]) -> list[dict[str, Any]]:
+    """Return the facts the summary model finds in the batch (CutAnswer when cut)."""
+    prompt = prompts.FACTS_EXTRACT.format(
+        keys=", ".join(keys) or "(none yet)", conversation=batch.text
+    )
+    messages = [SystemMessage(prompts.FACTS_SYSTEM), HumanMessage(prompt)]
+    model = with_output_cap(deps.summary_model, FACTS_TOKENS)
+    config = call_config("facts", batch.owner_id, batch.conversation_id)
+    data, raw = await deps.json_answers.ask(model, messages, FACTS_SCHEMA, config)
+    facts = reuse_known_keys(read_facts(data), keys)
+    if not facts and raw.strip() not in ("[]", "{}", "") and data in (None, ""):
+        logger.warning("fact extraction for %s: no readable facts in the answer", batch.owner_id)
+    return facts
+
+
+async def _recover(
+    deps: GraphDeps, batch: Batch, salvaged: list[dict[str, Any]], refusal: BaseException | None
+) -> int:
+    """After a cut answer or a `refusal`: ask about the messages again in halves; a batch
+    that cannot be split keeps what was salvaged and is marked (facts_salvage.py)."""
+    halves = await _halves(deps, batch)
+    if halves is None:
+        return await settle(deps, batch, salvaged, refusal)
+    # Stored now, marked by the halves: a transient failure of theirs loses none of it.
+    stored = await store_and_mark(deps, batch, salvaged, [])
+    for half in halves:
+        stored += await extract_batch(deps, half)
+    return stored
+
+
+async def _halves(deps: GraphDeps, batch: Batch) -> list[Batch] | None:
+    """Return the batch's messages as the batches of its two halves, first half first.
+
+    None when it cannot be split: one message, or none of them pending any more. The
+    halves are read again, so each is rendered as any batch is; a message extracted
+    meanwhile drops out. Earlier batches were extracted first, so the batch lies within
+    the first WIPE_READ_LIMIT pending messages (the most any caller reads).
+    """
+    if len(batch.ids) < 2:
+        return None
+    middle = len(batch.ids) // 2
+    halves: list[Batch] = []
+    for ids in (batch.ids[:middle], batch.ids[middle:]):
+        halves += await read_pending(
+            deps, batch.owner_id, batch.conversation_id, only=ids, limit=WIPE_READ_LIMIT
         )
-        messages = [SystemMessage(prompts.FACTS_SYSTEM), HumanMessage(prompt)]
-        model = with_output_cap(deps.summary_model, FACTS_TOKENS)
-        try:
-            config = call_config("facts", batch.owner_id, batch.conversation_id)
-            data, raw = await deps.json_answers.ask(model, messages, FACTS_SCHEMA, config)
-        except CutAnswer as exc:
-            # Cut again if asked again: unreadable, so logged below and the batch marked.
-            data, raw = None, exc.text
-        facts = reuse_known_keys(read_facts(data), keys)
-        if not facts and raw.strip() not in ("[]", "{}", "") and data in (None, ""):
-            logger.warning(
-                "fact extraction for %s: no readable facts in the answer", batch.owner_id
-            )
-    async with deps.conversations.pool.connection() as conn, conn.transaction():
-        if facts:
-            await deps.memory.upsert_facts(
-                batch.owner_id,
-                facts,
-                batch.conversation_id,
-                keep=deps.settings.max_facts,
-                conn=conn,
-            )
-        await deps.conversations.mark_facts_extracted(batch.conversation_id, batch.ids, conn=conn)
-    if facts:
-        logger.info(
-            "stored %d facts of %s from %d messages", len(facts), batch.owner_id, len(batch.ids)
-        )
-    return len(facts)
+    return halves or None
 
 
 async def extract_pending(

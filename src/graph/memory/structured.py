@@ -1,10 +1,14 @@
 """Ask a memory model for JSON: through the endpoint's structured output when it has it.
 
-Structured output (`response_format` with a JSON schema, via langchain's
-`with_structured_output`) makes the endpoint answer in the schema. Many OpenAI-compatible
-servers do not support it and answer 400; then the question is asked again as plain
-text, and this process stops trying for that model. Either way the answer is read by the
-tolerant parser as well, so a model that ignores the schema still yields what it can.
+Three ways to ask, best first (`MODES`): `response_format` with a strict JSON schema
+(langchain's `with_structured_output(method="json_schema")`), JSON mode (`json_object`,
+no schema: what llama-cpp-python and many OpenAI-compatible servers offer), and plain
+text. An endpoint that refuses a `response_format` (any 4xx or 5xx whose message is about
+it: llama-cpp-python answers a JSON schema with a 500 "Input should be 'text' or
+'json_object'") is asked again the next way, and the way that works is remembered per
+endpoint and model, so later calls go straight to it. Any other error propagates: a
+transient 500 demotes nothing. Whichever way, the answer is read by the tolerant parser
+as well, so a model that ignores the schema still yields what it can.
 """
 
 from __future__ import annotations
@@ -19,15 +23,20 @@ from typing import Any
 import openai
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import Runnable, RunnableConfig
 
+from src.graph.memory.errors import describe, status_of
 from src.graph.output_caps import was_cut
 
 logger = logging.getLogger(__name__)
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
-# What a server says when it does not know `response_format` / JSON schemas.
-_UNSUPPORTED = re.compile(r"response_format|json_schema|structured|schema", re.IGNORECASE)
+# What a server says when it does not know `response_format` or one of its types.
+_UNSUPPORTED = re.compile(
+    r"response_format|json_schema|json_object|structured|schema|'text'", re.IGNORECASE
+)
+# The ways of asking for JSON, best first.
+MODES = ("json_schema", "json_object", "text")
 
 
 def load_json(text: str) -> Any:
@@ -80,22 +89,64 @@ def _cut_text(exc: openai.LengthFinishReasonError) -> str:
     return str(getattr(choices[0].message, "content", None) or "") if choices else ""
 
 
-def _rejects_schema(exc: Exception) -> bool:
-    """Tell whether an error is the endpoint refusing structured output (a 400)."""
-    status = getattr(exc, "status_code", None) or getattr(
-        getattr(exc, "response", None), "status_code", None
+def refuses_format(exc: BaseException) -> bool:
+    """Tell whether an error is the endpoint refusing the request's `response_format`.
+
+    Any HTTP error status counts when its message names the format: servers answer
+    400, 422 or (llama-cpp-python's pydantic validation) 500.
+    """
+    status = status_of(exc)
+    return status is not None and status >= 400 and bool(_UNSUPPORTED.search(str(exc)))
+
+
+def endpoint_of(model: BaseChatModel) -> tuple[str, str]:
+    """Return what a model's structured-output support is remembered by: (base URL, name)."""
+    base = getattr(model, "openai_api_base", None) or getattr(
+        getattr(model, "root_client", None), "base_url", None
     )
-    return status == 400 and bool(_UNSUPPORTED.search(str(exc)))
+    name = getattr(model, "model_name", None) or type(model).__name__
+    return str(base or "").rstrip("/"), str(name)
+
+
+def _mentions_json(messages: Sequence[BaseMessage]) -> bool:
+    # JSON mode needs the word in the messages (OpenAI answers 400 otherwise).
+    return any("json" in m.text.lower() for m in messages)
+
+
+def _structured(model: BaseChatModel, schema: dict[str, Any], mode: str) -> Runnable[Any, Any]:
+    """Return `model` asking for JSON in `mode` (raises for a class without it)."""
+    if mode == "json_schema":
+        return model.with_structured_output(
+            schema, method="json_schema", strict=True, include_raw=True
+        )
+    return model.with_structured_output(schema, method="json_mode", include_raw=True)
+
+
+async def _ask_structured(
+    runnable: Runnable[Any, Any], messages: Sequence[BaseMessage], config: RunnableConfig | None
+) -> tuple[Any, str]:
+    """Return (the JSON value, the raw text) of a structured answer; CutAnswer if cut."""
+    try:
+        out = await runnable.ainvoke(list(messages), config)
+    except openai.LengthFinishReasonError as exc:
+        raise CutAnswer(_cut_text(exc)) from exc
+    out = out if isinstance(out, dict) else {"raw": out, "parsed": None}
+    raw = out["raw"]
+    text = raw.text if isinstance(raw, BaseMessage) else str(raw or "")
+    if isinstance(raw, BaseMessage) and was_cut(raw):
+        raise CutAnswer(text)  # a parser would "repair" the cut JSON: never trust it
+    parsed = out.get("parsed")
+    return (parsed if parsed is not None else load_json(text)), text
 
 
 @dataclass
 class JsonAnswers:
-    """Ask models for JSON, remembering which endpoints refuse structured output."""
+    """Ask models for JSON, remembering how each endpoint and model can be asked."""
 
     enabled: bool = True
     """False (STRUCTURED_OUTPUT=off): always ask in plain text."""
-    refused: set[str] = field(default_factory=set)
-    """Models whose endpoint answered that it does not support structured output."""
+    modes: dict[tuple[str, str], str] = field(default_factory=dict)
+    """The mode (of MODES) each (base URL, model name) is asked in, once one was refused."""
 
     async def ask(
         self,
@@ -109,38 +160,48 @@ class JsonAnswers:
         `config` goes with the model calls (what they are for and whose: usage records).
 
         The value is None when nothing in the answer parses. An answer cut at the output
-        cap raises CutAnswer. Model errors other than a refused schema propagate: the
-        caller retries later.
+        cap raises CutAnswer. Model errors other than a refused `response_format`
+        propagate: the caller retries later.
         """
-        name = str(getattr(model, "model_name", None) or type(model).__name__)
-        if self.enabled and name not in self.refused:
+        key = endpoint_of(model)
+        mode = self.modes.get(key, MODES[0]) if self.enabled else "text"
+        while mode != "text":
+            if mode == "json_object" and not _mentions_json(messages):
+                break  # this prompt cannot use JSON mode; another one may
             try:
-                runnable = model.with_structured_output(
-                    schema, method="json_schema", strict=True, include_raw=True
-                )
+                runnable = _structured(model, schema, mode)
             except (NotImplementedError, ValueError):
-                self.refused.add(name)  # a model class without structured output
-            else:
-                try:
-                    out = await runnable.ainvoke(list(messages), config)
-                except openai.LengthFinishReasonError as exc:
-                    raise CutAnswer(_cut_text(exc)) from exc
-                except Exception as exc:
-                    if not _rejects_schema(exc):
-                        raise
-                    self.refused.add(name)
-                    logger.warning(
-                        "model %s refused structured output (%s); asking in plain text",
-                        name,
-                        " ".join(str(exc).split())[:200],
-                    )
-                else:
-                    out = out if isinstance(out, dict) else {"raw": out, "parsed": None}
-                    raw = out["raw"]
-                    text = raw.text if isinstance(raw, BaseMessage) else str(raw or "")
-                    parsed = out.get("parsed")
-                    return (parsed if parsed is not None else load_json(text)), text
+                mode = self._remember(key, "text")  # a model class without it
+                continue
+            try:
+                return await _ask_structured(runnable, messages, config)
+            except CutAnswer:
+                raise
+            except Exception as exc:
+                if not refuses_format(exc):
+                    raise
+                mode = self._demote(key, mode, exc)
         answer = await model.ainvoke(list(messages), config)
         if was_cut(answer):
             raise CutAnswer(answer.text)
         return load_json(answer.text), answer.text
+
+    def _remember(self, key: tuple[str, str], mode: str) -> str:
+        """Remember `mode` for `key` unless a later one is known; return the one known."""
+        known = self.modes.get(key, MODES[0])
+        self.modes[key] = max(known, mode, key=MODES.index)
+        return self.modes[key]
+
+    def _demote(self, key: tuple[str, str], mode: str, exc: BaseException) -> str:
+        """Remember that `key` refused `mode`, say so once, and return the next mode."""
+        following = MODES[MODES.index(mode) + 1]
+        if self.modes.get(key, MODES[0]) == mode:  # concurrent calls: one warning
+            logger.warning(
+                "model %s at %s refused response_format %s (%s); asking with %s from now on",
+                key[1],
+                key[0] or "its default endpoint",
+                mode,
+                describe(exc),
+                following,
+            )
+        return self._remember(key, following)
