@@ -1,4 +1,4 @@
-"""Repeating jobs of the bot: reminders (seed 000) and compaction of idle sessions (seed 001)."""
+"""Repeating jobs of the bot: reminders (seed 000), session ends (seed 001), upkeep."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from telegram.ext import ContextTypes
 
 from src.bot.sending import send_text
 from src.bot.state import BotState, state_of
+from src.services.pending_facts import PendingFacts
 from src.services.reminders import RecipientGone, ReminderStats
 
 logger = logging.getLogger(__name__)
@@ -45,10 +46,19 @@ async def reminders_job(context: ContextTypes.DEFAULT_TYPE) -> None:
     await send_reminders(context.application)
 
 
+async def retry_kept_facts(app: App) -> int:
+    """Extract the facts /new kept whose retry is due, of admitted owners; return how many
+    facts were stored."""
+    state = state_of(app)
+    return await PendingFacts(state.service.deps).retry_due(admits=state.access.admits_owner)
+
+
 async def compaction_job(context: ContextTypes.DEFAULT_TYPE) -> None:
-    """Job: end and compact sessions idle for SESSION_IDLE_MINUTES, of admitted owners."""
+    """Job: end and compact sessions idle for SESSION_IDLE_MINUTES, of admitted owners,
+    and try again the facts kept from sessions /new ended."""
     state = state_of(context)
     await state.service.compact_idle_sessions(admits=state.access.admits_owner)
+    await retry_kept_facts(context.application)
 
 
 async def prune_job(context: ContextTypes.DEFAULT_TYPE) -> None:

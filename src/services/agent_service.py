@@ -279,9 +279,15 @@ class AgentService:
             conversation, now, self.settings.session_idle_minutes
         ):
             # The silence before this message ended a session: its compact goes into
-            # this very turn's prompt ("Previous conversations").
-            await self.compactor.end_session(
-                identity.owner_id, conversation_id, until=conversation["last_message_at"]
+            # this very turn's prompt ("Previous conversations"), as plain text, with no
+            # model call before the reply. The model's compact and the session's facts
+            # come after this turn, its own memory work included (the same messages are
+            # then not extracted twice).
+            await self.compactor.end_session_now(
+                identity.owner_id,
+                conversation_id,
+                until=conversation["last_message_at"],
+                after=asyncio.current_task() or result,
             )
         state = turn_input(identity.owner_id, str(conversation_id), row, lang, model)
         configurable: dict[str, Any] = {"thread_id": str(conversation_id)}
@@ -530,7 +536,11 @@ class AgentService:
     # --- commands ----------------------------------------------------------------
 
     async def new_conversation(self, identity: Identity) -> uuid.UUID:
-        """/new: compact the current session, wipe the user's conversations, start anew."""
+        """/new: compact the current session, wipe the user's conversations, start anew.
+
+        The facts not extracted yet are kept before the wipe and extracted until that
+        succeeds (see src/services/pending_facts.py): a failing model loses none.
+        """
         deps = self.deps
         await deps.users.get_or_create(
             identity.owner_id, identity.username, identity.first_name, identity.language_code
@@ -539,9 +549,11 @@ class AgentService:
             old = await deps.conversations.conversation_ids(identity.owner_id)
             if self.compactor is not None:
                 # Facts and the compact are read before the wipe; slow models finish
-                # in the background from what was read.
+                # in the background from what was read and kept.
                 for conversation_id in old:
-                    await self.compactor.end_session(identity.owner_id, conversation_id)
+                    await self.compactor.end_session(
+                        identity.owner_id, conversation_id, keep_facts=True
+                    )
             new_id = await deps.conversations.create_new_conversation(identity.owner_id)
             await deps.users.set_active_messages_count(identity.owner_id, None)
             if self.checkpointer is not None:

@@ -4,25 +4,26 @@ A session is a stretch of a conversation: it ends at `/new`, or after
 `SESSION_IDLE_MINUTES` of silence (noticed by the periodic job, or when the next message
 arrives, before it is answered). An idle conversation is not closed: the user's next
 message continues it, as the Telegram thread on their screen does, in a new session.
-Each ended session gets its own compact, `{timestamp, summary (~500 chars), topics[],
-lastAction}` written by a cheap model, at most `MAX_COMPACTS` per user; the compacts of
-ended sessions, this conversation's earlier ones included, appear under "Previous
-conversations" in later prompts. Facts not extracted yet are extracted at every end.
+Each ended session gets its own compact (see src/services/compacts.py), at most
+`MAX_COMPACTS` per user; the compacts of ended sessions, this conversation's earlier ones
+included, appear under "Previous conversations" in later prompts. Facts not extracted yet
+are extracted at every end.
 
-Ending a session never blocks for long and never loses it: a model error, invalid JSON
-or a summary far over 500 characters is repaired or recorded as plain text, and logged;
-a slow model is waited for a few seconds, then a plain-text compact is stored at once and
-the model's replaces it when it comes.
+Ending a session never blocks a reply and never loses it. When the next message notices
+the silence, the plain-text compact is stored at once (that turn's prompt has it) and the
+model's compact and the facts come after the turn. The job and /new wait a few seconds
+for the models, then store the plain-text compact and let the model's replace it when it
+comes. /new keeps the facts it would delete (src/services/pending_facts.py). A model
+error, invalid JSON or a summary far over 500 characters is repaired or recorded as plain
+text, and logged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import uuid
-from collections.abc import Coroutine
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Coroutine
 from datetime import datetime
 from typing import Any
 
@@ -30,104 +31,36 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 
 from src.graph import prompts
-from src.graph.context.budget import Layers, shorten
-from src.graph.context.render import transcript_line
 from src.graph.deps import GraphDeps
+from src.graph.memory.errors import log_failure
 from src.graph.memory.facts import WIPE_READ_LIMIT, Batch, extract_batch, read_pending
-from src.graph.memory.structured import load_json, object_schema
 from src.graph.model_calls import call_config
 from src.graph.output_caps import COMPACT_TOKENS, with_output_cap
-from src.graph.timestamps import strip_stamp
+from src.services.compacts import (
+    COMPACT_CHARS,
+    COMPACT_SCHEMA,
+    TOO_LONG_CHARS,
+    Compact,
+    Session,
+    fallback_compact,
+    parse_compact,
+    read_session,
+)
+from src.services.pending_facts import PendingFacts
+
+__all__ = [
+    "COMPACT_CHARS",
+    "TOO_LONG_CHARS",
+    "Compact",
+    "Compactor",
+    "fallback_compact",
+    "parse_compact",
+]
 
 logger = logging.getLogger(__name__)
 
-COMPACT_CHARS = 500
-# A summary longer than this is "far over" 500 characters: cut on a sentence.
-TOO_LONG_CHARS = 700
-MAX_TOPICS = 10
-# Newest live messages of a session read for its compact (older ones are in its summary).
-SESSION_MESSAGES = 200
-# How long a session end waits for the models before going on without them.
+# How long the job and /new wait for the models before going on without them.
 WAIT_SECONDS = 10.0
-COMPACT_SCHEMA = object_schema(
-    "session_compact",
-    "A short memory of a finished conversation.",
-    {
-        "summary": {"type": "string"},
-        "topics": {"type": "array", "items": {"type": "string"}},
-        "lastAction": {"type": "string"},
-    },
-)
-
-
-@dataclass
-class Compact:
-    """One session compact, ready to store."""
-
-    summary: str
-    topics: list[str] = field(default_factory=list)
-    last_action: str = ""
-    repaired: str = ""
-    """Why the model's answer was not used as is ("" when it was)."""
-
-
-@dataclass
-class Session:
-    """What a compact is made from: the session as text, and when it ended."""
-
-    owner_id: int
-    conversation_id: uuid.UUID
-    text: str
-    ended_at: datetime
-    """The time of the session's last message: the compact's timestamp and key."""
-    rows: list[dict[str, Any]]
-    summary: str = ""
-
-
-def _topics(value: Any) -> list[str]:
-    if isinstance(value, str):
-        value = re.split(r"[,;\n]", value)
-    if not isinstance(value, list):
-        return []
-    topics = [" ".join(str(t).split())[:60] for t in value if str(t).strip()]
-    return list(dict.fromkeys(topics))[:MAX_TOPICS]
-
-
-def parse_compact(answer: str, data: Any = None) -> Compact:
-    """Return the compact in a model's answer, repaired where needed.
-
-    JSON as asked is used as is (`data`: the answer already parsed); a summary far over
-    500 characters is cut on a sentence; an answer that is not JSON is kept as a
-    plain-text summary.
-    """
-    data = load_json(answer) if data is None else data
-    if isinstance(data, dict) and str(data.get("summary") or "").strip():
-        compact = Compact(
-            summary=" ".join(str(data["summary"]).split()),
-            topics=_topics(data.get("topics")),
-            last_action=" ".join(
-                str(data.get("lastAction") or data.get("last_action") or "").split()
-            ),
-        )
-    else:
-        plain = re.sub(r"```\w*", "", answer).strip()
-        compact = Compact(summary=" ".join(plain.split()), repaired="not JSON")
-    if len(compact.summary) > TOO_LONG_CHARS:
-        compact.summary = shorten(compact.summary, COMPACT_CHARS)
-        compact.repaired = compact.repaired or "summary too long"
-    compact.last_action = shorten(compact.last_action, 200)
-    if not compact.summary:
-        raise ValueError("the compact model returned an empty summary")
-    return compact
-
-
-def fallback_compact(rows: list[dict[str, Any]], summary: str) -> Compact:
-    """Build a plain-text compact without the model: what the user wrote, the last answer."""
-    asked = [strip_stamp(r["content"]).strip() for r in rows if r["role"] == "user"]
-    answers = [r["content"].strip() for r in rows if r["role"] == "assistant" and r["content"]]
-    text = "User wrote: " + " | ".join(a for a in asked if a) if asked else summary
-    last = shorten(answers[-1], 200) if answers else ""
-    return Compact(summary=shorten(text, COMPACT_CHARS), last_action=last, repaired="model failed")
 
 
 class Compactor:
@@ -139,49 +72,13 @@ class Compactor:
         self.deps = deps
         self.model = model
         self.wait_seconds = wait_seconds
+        self.pending = PendingFacts(deps)
+        """The facts /new keeps until they are extracted."""
         self._tasks: set[asyncio.Task[Any]] = set()
 
-    async def read_session(
-        self, owner_id: int, conversation_id: uuid.UUID, until: datetime | None = None
-    ) -> Session | None:
-        """Return the session ending at `until` as text for the model (bounded), or None.
-
-        The session is what came after the previous session's end (`ended_at`). Messages
-        already in the running summary are represented by it; after /forget both are
-        gone, so a forgotten part is never compacted either.
-        """
-        deps = self.deps
-        conv = await deps.conversations.get_conversation(conversation_id)
-        if conv is None or conv["telegram_user_id"] != owner_id:
-            return None
-        until = until or conv["last_message_at"]
-        if until is None:
-            return None
-        rows = await deps.conversations.session_messages(
-            conversation_id, conv["ended_at"], until, SESSION_MESSAGES
-        )
-        summarized = any(r["summarized"] for r in rows)
-        rows = [r for r in rows if not r["summarized"]]
-        if not any(r["role"] == "user" for r in rows):
-            return None
-        budget = Layers.for_model(deps.settings, deps.settings.effective_compact_model).working
-        per_message = max(64, budget // 8)
-        lines: list[str] = []
-        left = budget
-        for row in reversed(rows):  # the newest matter most: the lastAction
-            line = transcript_line(row, per_message, deps.counter)
-            left -= deps.counter.count(line) + 1
-            if left < 0:
-                break
-            lines.append(line)
-        summary = conv["summary"] if summarized else ""
-        parts = ["Summary of the earlier part:\n" + summary] if summary else []
-        parts.append("Messages:\n" + "\n".join(reversed(lines)))
-        ended = rows[-1]["created_at"]
-        return Session(owner_id, conversation_id, "\n\n".join(parts), ended, rows, summary)
-
-    async def store(self, session: Session) -> dict[str, Any] | None:
-        """Ask the model for the compact (or build one without it) and store it."""
+    async def ask(self, session: Session) -> Compact | None:
+        """Return the model's compact of the session, repaired where needed; None when the
+        model failed (logged)."""
         prompt = prompts.COMPACT_PROMPT.format(chars=COMPACT_CHARS, conversation=session.text)
         messages = [SystemMessage(prompts.COMPACT_SYSTEM), HumanMessage(prompt)]
         try:
@@ -190,18 +87,13 @@ class Compactor:
             data, raw = await self.deps.json_answers.ask(model, messages, COMPACT_SCHEMA, config)
             compact = parse_compact(raw, data)
         except Exception as exc:
-            logger.warning(
-                "compaction of %s: model failed (%s: %s); storing plain text",
-                session.conversation_id,
-                type(exc).__name__,
-                exc,
-            )
-            compact = fallback_compact(session.rows, session.summary)
-        if compact.repaired and compact.repaired != "model failed":
+            log_failure(logger, f"compaction of {session.conversation_id}", exc)
+            return None
+        if compact.repaired:
             logger.warning(
                 "compaction of %s repaired: %s", session.conversation_id, compact.repaired
             )
-        return await self._save(session, compact, replace=True)
+        return compact
 
     async def _save(
         self, session: Session, compact: Compact, replace: bool
@@ -221,59 +113,153 @@ class Compactor:
             session.owner_id,
             session.conversation_id,
             len(compact.summary),
-            "" if replace else ", plain text while the model is slow",
+            ", plain text" if compact.repaired == "model failed" else "",
         )
         return row
 
+    async def _replace(self, session: Session, asking: Awaitable[Compact | None]) -> None:
+        """Replace the session's plain-text compact with the model's, when it comes; a
+        compact deleted meanwhile (/memory clear) stays deleted."""
+        try:
+            compact = await asking
+            if compact is None:
+                return  # the plain text stays
+            row = await self.deps.memory.replace_compact(
+                session.owner_id,
+                session.conversation_id,
+                session.ended_at,
+                compact.summary,
+                compact.topics,
+                compact.last_action,
+            )
+        except Exception:
+            logger.error("compaction of %s failed", session.conversation_id, exc_info=True)
+            return
+        logger.info(
+            "compact of %s in %s: the model's replaced the plain text%s",
+            session.owner_id,
+            session.conversation_id,
+            "" if row is not None else " (none left to replace)",
+        )
+
     async def end_session(
-        self, owner_id: int, conversation_id: uuid.UUID, until: datetime | None = None
+        self,
+        owner_id: int,
+        conversation_id: uuid.UUID,
+        until: datetime | None = None,
+        keep_facts: bool = False,
     ) -> dict[str, Any] | None:
-        """End the session that ends at `until` (default: the last message); return its
-        compact (None when the session held no user message).
+        """End the session that ends at `until` (default: the last message), for the job
+        and /new; return its compact (None when the session held no user message).
 
-        Reads everything first (the caller may delete the conversation next), then lets
-        the models work for at most `wait_seconds`: a compact the model has not written
-        by then is stored as plain text at once and replaced when the model answers, and
-        fact extraction goes on in the background. Never raises for a model's failure.
+        Reads everything first, then lets the models work for at most `wait_seconds`: a
+        compact the model has not written by then is stored as plain text at once and
+        replaced when the model answers, and fact extraction goes on in the background.
+        Never raises for a model's failure.
 
-        An owner over their token budget gets the plain-text compact and no model call;
-        the session's facts stay pending (extracted later, unless /new wipes them first).
+        With `keep_facts` (/new, which deletes the conversation next) the facts not
+        extracted yet are kept first (PendingFacts) and extracted from there, so a failing
+        model loses none; a database error then propagates, and /new deletes nothing.
+        An owner over their token budget gets the plain-text compact and no model call.
         """
         try:
             conv = await self.deps.conversations.get_conversation(conversation_id)
             until = until or (conv or {}).get("last_message_at")
-            session = await self.read_session(owner_id, conversation_id, until)
+            session = await read_session(self.deps, owner_id, conversation_id, until)
+            pending = await read_pending(
+                self.deps, owner_id, conversation_id, limit=WIPE_READ_LIMIT
+            )
+        except Exception:
+            if keep_facts:
+                raise
+            logger.error("ending the session of %s: reading failed", conversation_id, exc_info=True)
+            return None
+        if keep_facts:
+            async with self.deps.conversations.pool.connection() as conn, conn.transaction():
+                await self.pending.keep(pending, conn)
+        facts = self.pending.extract_owner(owner_id) if keep_facts else self._extract(pending)
+        row = await self._compact(owner_id, session, facts)
+        if until is not None:
+            await self.deps.memory.mark_session_ended(conversation_id, until)
+        return row
+
+    async def _compact(
+        self, owner_id: int, session: Session | None, facts: Coroutine[Any, Any, Any]
+    ) -> dict[str, Any] | None:
+        """Run `facts` (the session's extraction) and the model's compact, waiting at most
+        `wait_seconds`; store the compact (plain text if the model is slow) and return it."""
+        if not await self.allows(owner_id):
+            facts.close()
+            logger.info("session of %s ends without models: over the token budget", owner_id)
+            if session is None:
+                return None
+            return await self._save(session, fallback_compact(session.rows, session.summary), True)
+        waiting = [self._spawn(facts)]
+        asking = self._spawn(self.ask(session)) if session is not None else None
+        if asking is not None:
+            waiting.append(asking)
+        await asyncio.wait(waiting, timeout=self.wait_seconds)
+        if session is None or asking is None:
+            return None
+        if asking.done():
+            compact = asking.result() or fallback_compact(session.rows, session.summary)
+            return await self._save(session, compact, replace=True)
+        logger.warning("compaction of %s is slow; plain text for now", session.conversation_id)
+        row = await self._save(session, fallback_compact(session.rows, session.summary), False)
+        self._spawn(self._replace(session, asking))
+        return row
+
+    async def end_session_now(
+        self,
+        owner_id: int,
+        conversation_id: uuid.UUID,
+        until: datetime,
+        after: asyncio.Future[Any] | None = None,
+    ) -> dict[str, Any] | None:
+        """End the session that ended by silence at `until` without waiting for a model;
+        return its plain-text compact (None when there is none to store).
+
+        For the turn that noticed the silence: the plain-text compact is stored and the
+        session marked ended at once, so that turn's prompt has it. The model's compact
+        (replacing it) and the session's facts come in the background once `after` (the
+        turn) is done. Never raises for a model's failure.
+        """
+        try:
+            session = await read_session(self.deps, owner_id, conversation_id, until)
+        except Exception:
+            logger.error("ending the session of %s: reading failed", conversation_id, exc_info=True)
+            return None
+        row = None
+        if session is not None:
+            plain = fallback_compact(session.rows, session.summary)
+            row = await self._save(session, plain, replace=False)
+        await self.deps.memory.mark_session_ended(conversation_id, until)
+        self._spawn(self._after(owner_id, conversation_id, session, after))
+        return row
+
+    async def _after(
+        self,
+        owner_id: int,
+        conversation_id: uuid.UUID,
+        session: Session | None,
+        after: asyncio.Future[Any] | None,
+    ) -> None:
+        """Compact the ended session with the model and extract its facts, after `after`."""
+        if after is not None:
+            await asyncio.wait([after])
+        try:
+            if not await self.allows(owner_id):
+                return  # the plain text stays; the facts stay pending on the messages
             pending = await read_pending(
                 self.deps, owner_id, conversation_id, limit=WIPE_READ_LIMIT
             )
         except Exception:
             logger.error("ending the session of %s: reading failed", conversation_id, exc_info=True)
-            return None
-        if not await self.allows(owner_id):
-            logger.info("session of %s ends without models: over the token budget", owner_id)
-            row = None
-            if session is not None:
-                fallback = fallback_compact(session.rows, session.summary)
-                row = await self._save(session, fallback, replace=True)
-            if until is not None:
-                await self.deps.memory.mark_session_ended(conversation_id, until)
-            return row
-        waiting = [self._spawn(self._extract_logged(pending))]
-        compacting = self._spawn(self._store_logged(session)) if session else None
-        if compacting is not None:
-            waiting.append(compacting)
-        await asyncio.wait(waiting, timeout=self.wait_seconds)
-        row = None
-        if session is not None and compacting is not None:
-            if compacting.done():
-                row = compacting.result()
-            else:
-                logger.warning("compaction of %s is slow; plain text for now", conversation_id)
-                fallback = fallback_compact(session.rows, session.summary)
-                row = await self._save(session, fallback, replace=False)
-        if until is not None:
-            await self.deps.memory.mark_session_ended(conversation_id, until)
-        return row
+            return
+        work: list[Awaitable[Any]] = [self._extract(pending)]
+        if session is not None:
+            work.append(self._replace(session, self.ask(session)))
+        await asyncio.gather(*work)
 
     async def learn_facts(self, owner_id: int, conversation_id: uuid.UUID) -> None:
         """Extract the facts pending in the conversation now, as a session end does.
@@ -290,14 +276,11 @@ class Compactor:
             logger.error("reading pending facts of %s failed", conversation_id, exc_info=True)
             return
         if pending and await self.allows(owner_id):
-            await asyncio.wait(
-                [self._spawn(self._extract_logged(pending))], timeout=self.wait_seconds
-            )
+            await asyncio.wait([self._spawn(self._extract(pending))], timeout=self.wait_seconds)
 
     async def allows(self, owner_id: int) -> bool:
         """Tell whether the owner's token budget lets their session end call models."""
-        budget = self.deps.budget
-        return budget is None or await budget.allows(owner_id)
+        return await self.pending.allows(owner_id)
 
     def _spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.create_task(work)
@@ -305,25 +288,19 @@ class Compactor:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _store_logged(self, session: Session) -> dict[str, Any] | None:
-        try:
-            return await self.store(session)
-        except Exception:
-            logger.error("compaction of %s failed", session.conversation_id, exc_info=True)
-            return None
+    async def _extract(self, pending: list[Batch]) -> int:
+        """Extract the facts of pending batches, oldest first; return how many were stored.
 
-    async def _extract_logged(self, pending: list[Batch]) -> int:
+        A failure stops here: the rest stays pending on the messages, for the next run.
+        """
         stored = 0
         for batch in pending:
             try:
                 stored += await extract_batch(self.deps, batch)
-            except Exception:
-                logger.warning(
-                    "fact extraction at the end of a session of %s failed",
-                    batch.owner_id,
-                    exc_info=True,
-                )
-                break  # the rest stays pending: the next run tries again
+            except Exception as exc:
+                what = f"fact extraction at the end of a session of {batch.owner_id}"
+                log_failure(logger, what, exc)
+                break
         return stored
 
     async def drain(self) -> None:

@@ -60,6 +60,15 @@ DELETE FROM facts WHERE telegram_user_id = %s AND id NOT IN (
 )
 """
 DELETE_FACT_CHANGES = "DELETE FROM fact_changes WHERE telegram_user_id = %s"
+# Texts kept at /new for their facts (0016): deleted first, so a try in flight either
+# finds its text gone or has committed its facts before they are deleted.
+DELETE_PENDING_FACTS = "DELETE FROM pending_facts WHERE telegram_user_id = %s"
+# Facts learned after `since` from another conversation than `source`: newer than a text
+# kept at `since`, whose facts must not replace them.
+SELECT_NEWER_FACT_KEYS = """
+SELECT key FROM facts
+WHERE telegram_user_id = %s AND updated_at > %s AND source_conversation_id IS DISTINCT FROM %s
+"""
 
 INSERT_COMPACT = """
 INSERT INTO session_compacts
@@ -85,6 +94,13 @@ DELETE FROM session_compacts WHERE telegram_user_id = %s AND id NOT IN (
     ORDER BY created_at DESC, id DESC LIMIT %s
 )
 """
+# The model's compact for a session whose plain-text stand-in is stored: never written
+# back when the stand-in is gone (/memory clear, pruned) meanwhile.
+REPLACE_COMPACT = """
+UPDATE session_compacts SET summary = %s, topics = %s, last_action = %s
+WHERE telegram_user_id = %s AND conversation_id = %s AND created_at = %s
+RETURNING *
+"""
 SELECT_COMPACTS = """
 SELECT * FROM session_compacts WHERE telegram_user_id = %s
 ORDER BY created_at DESC, id DESC LIMIT %s
@@ -100,6 +116,17 @@ WHERE last_message_at < %s AND (ended_at IS NULL OR ended_at < last_message_at)
 ORDER BY last_message_at, id LIMIT %s
 """
 MARK_SESSION_ENDED = "UPDATE conversations SET ended_at = %s WHERE id = %s"
+
+
+def _compact_fields(
+    summary: str, topics: Sequence[str], last_action: str
+) -> tuple[str, list[str], str]:
+    """Return a compact's summary, topics and last action as stored: clean, within limits."""
+    return (
+        clean_text(summary),
+        [clean_text(t)[:100] for t in topics][:20],
+        clean_text(last_action)[:500],
+    )
 
 
 class MemoryRepository(Repository):
@@ -186,9 +213,25 @@ class MemoryRepository(Repository):
             cur = await c.execute(SELECT_FACT_CHANGES, (telegram_user_id, limit))
             return list(await cur.fetchall())
 
+    async def newer_fact_keys(
+        self,
+        telegram_user_id: int,
+        since: datetime,
+        source_conversation_id: uuid.UUID | None,
+        conn: Conn | None = None,
+    ) -> list[str]:
+        """Return the keys of facts learned after `since` from another conversation than
+        `source_conversation_id`."""
+        async with self._conn(conn) as c:
+            params = (telegram_user_id, since, source_conversation_id)
+            cur = await c.execute(SELECT_NEWER_FACT_KEYS, params)
+            return [row["key"] for row in await cur.fetchall()]
+
     async def delete_facts(self, telegram_user_id: int, conn: Conn | None = None) -> int:
-        """Delete all the user's facts and their change log; return how many facts."""
+        """Delete all the user's facts, their change log and the texts kept for facts not
+        extracted yet; return how many facts."""
         async with self._conn(conn) as c, c.transaction():
+            await c.execute(DELETE_PENDING_FACTS, (telegram_user_id,))
             await c.execute(DELETE_FACT_CHANGES, (telegram_user_id,))
             return (await c.execute(DELETE_FACTS, (telegram_user_id,))).rowcount
 
@@ -215,9 +258,7 @@ class MemoryRepository(Repository):
         params = (
             telegram_user_id,
             conversation_id,
-            clean_text(summary),
-            [clean_text(t)[:100] for t in topics][:20],
-            clean_text(last_action)[:500],
+            *_compact_fields(summary, topics, last_action),
             created_at,
         )
         async with self._conn(conn) as c, c.transaction():
@@ -225,6 +266,23 @@ class MemoryRepository(Repository):
             row = await (await c.execute(sql, params)).fetchone()
             await c.execute(PRUNE_COMPACTS, (telegram_user_id, telegram_user_id, keep))
             return row
+
+    async def replace_compact(
+        self,
+        telegram_user_id: int,
+        conversation_id: uuid.UUID,
+        created_at: datetime,
+        summary: str,
+        topics: Sequence[str],
+        last_action: str,
+        conn: Conn | None = None,
+    ) -> dict[str, Any] | None:
+        """Replace the stored compact of the session (its conversation and `created_at`);
+        return it, or None when there is none (it was deleted meanwhile)."""
+        fields = _compact_fields(summary, topics, last_action)
+        params = (*fields, telegram_user_id, conversation_id, created_at)
+        async with self._conn(conn) as c:
+            return await (await c.execute(REPLACE_COMPACT, params)).fetchone()
 
     async def list_compacts(
         self, telegram_user_id: int, limit: int = 5, conn: Conn | None = None

@@ -1,0 +1,149 @@
+"""Facts of conversations /new deletes: their texts are kept until the facts are stored.
+
+/new deletes the user's conversations. Messages whose facts are not extracted yet would
+go with them, so before the wipe each batch's text (what the extractor reads) is kept in
+`pending_facts` and the messages are marked, in one transaction. Extraction is tried at
+once; when the model fails, the session-end job tries again with an exponential back-off
+(RETRY_BASE_SECONDS doubling up to RETRY_CAP_SECONDS). A text is deleted in the
+transaction that stores its facts; a model's refusal (400/413/422) drops it with one
+warning. A kept text is older than what was learned after it: its facts never replace a
+fact learned since from another conversation.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from langchain_core.messages import HumanMessage, SystemMessage
+
+from src.graph import prompts
+from src.graph.deps import GraphDeps
+from src.graph.memory.errors import is_refusal, log_failure
+from src.graph.memory.facts import FACTS_SCHEMA, Batch, read_facts, reuse_known_keys
+from src.graph.memory.structured import CutAnswer
+from src.graph.model_calls import call_config
+from src.graph.output_caps import FACTS_TOKENS, with_output_cap
+from src.storage.base import Conn
+from src.storage.pending_facts_repo import PendingFactsRepository
+
+logger = logging.getLogger(__name__)
+
+# Above a model call's worst case (LLM_TIMEOUT with its retries): a try in flight is
+# not taken again by another process.
+RETRY_BASE_SECONDS = 300.0
+RETRY_CAP_SECONDS = 6 * 3600.0
+# Owners the job may not serve now (allowlist, token budget) are looked at again later.
+POSTPONE_SECONDS = 3600.0
+
+
+async def ask_facts(
+    deps: GraphDeps, owner_id: int, conversation_id: uuid.UUID, text: str
+) -> list[dict[str, Any]]:
+    """Return the facts the summary model finds in `text`, asked as `extract_batch` asks.
+
+    A model error propagates; an unreadable answer (cut, or not JSON) gives no facts.
+    """
+    keys = await deps.memory.fact_keys(owner_id, deps.settings.max_facts)
+    prompt = prompts.FACTS_EXTRACT.format(keys=", ".join(keys) or "(none yet)", conversation=text)
+    messages = [SystemMessage(prompts.FACTS_SYSTEM), HumanMessage(prompt)]
+    model = with_output_cap(deps.summary_model, FACTS_TOKENS)
+    config = call_config("facts", owner_id, conversation_id)
+    try:
+        data, raw = await deps.json_answers.ask(model, messages, FACTS_SCHEMA, config)
+    except CutAnswer as exc:
+        # As cut if asked again: unreadable, so logged below and the text done with.
+        data, raw = None, exc.text
+    facts = reuse_known_keys(read_facts(data), keys)
+    if not facts and raw.strip() not in ("[]", "{}", "") and data in (None, ""):
+        logger.warning("fact extraction for %s: no readable facts in the answer", owner_id)
+    return facts
+
+
+class PendingFacts:
+    """Keep the texts of facts /new would lose, and extract them until it succeeds."""
+
+    def __init__(self, deps: GraphDeps) -> None:
+        self.deps = deps
+        self.repo = PendingFactsRepository(deps.conversations.pool)
+
+    async def keep(self, batches: list[Batch], conn: Conn) -> int:
+        """Keep the batches' texts and mark their messages extracted, in the caller's
+        transaction; return how many texts were kept (a batch without a user message
+        has none)."""
+        due = self.deps.clock()
+        kept = 0
+        for batch in batches:
+            if batch.text:
+                await self.repo.add(batch.owner_id, batch.conversation_id, batch.text, due, conn)
+                kept += 1
+            await self.deps.conversations.mark_facts_extracted(
+                batch.conversation_id, batch.ids, conn=conn
+            )
+        return kept
+
+    async def extract_owner(self, owner_id: int, now: datetime | None = None) -> int:
+        """Try the owner's texts due at `now`, oldest first; return the facts stored.
+
+        A transient failure stops the try: the rest waits for its back-off, set when the
+        try began. A refused text is dropped and the next one tried.
+        """
+        now = now or self.deps.clock()
+        rows = await self.repo.claim(owner_id, now, RETRY_BASE_SECONDS, RETRY_CAP_SECONDS)
+        stored = 0
+        for row in rows:
+            try:
+                stored += await self._extract(row)
+            except Exception as exc:
+                if not is_refusal(exc):
+                    log_failure(logger, f"fact extraction from texts kept for {owner_id}", exc)
+                    break
+                what = f"fact extraction from a text kept for {owner_id} (refused: dropped)"
+                log_failure(logger, what, exc)
+                await self.repo.delete(owner_id, row["id"])
+        return stored
+
+    async def retry_due(
+        self,
+        now: datetime | None = None,
+        limit: int = 100,
+        admits: Callable[[int], bool] | None = None,
+    ) -> int:
+        """Try the kept texts due at `now` (a job), of up to `limit` owners that `admits`
+        lets in and whose token budget allows it; return the facts stored."""
+        now = now or self.deps.clock()
+        stored = 0
+        for owner in await self.repo.due_owners(now, limit):
+            try:
+                if (admits is not None and not admits(owner)) or not await self.allows(owner):
+                    later = now + timedelta(seconds=POSTPONE_SECONDS)
+                    await self.repo.postpone(owner, now, later)
+                    continue
+                stored += await self.extract_owner(owner, now)
+            except Exception:
+                logger.error("trying the kept facts of %s failed", owner, exc_info=True)
+        return stored
+
+    async def allows(self, owner_id: int) -> bool:
+        """Tell whether the owner's token budget lets their memory work call models now."""
+        budget = self.deps.budget
+        return budget is None or await budget.allows(owner_id)
+
+    async def _extract(self, row: dict[str, Any]) -> int:
+        """Ask for one kept text's facts; store them and delete the text in one transaction."""
+        deps, owner = self.deps, row["telegram_user_id"]
+        source = row["source_conversation_id"]
+        facts = await ask_facts(deps, owner, source, row["text"])
+        async with deps.conversations.pool.connection() as conn, conn.transaction():
+            if not await self.repo.delete(owner, row["id"], conn):
+                return 0  # deleted meanwhile (/memory clear): its facts are not wanted
+            newer = set(await deps.memory.newer_fact_keys(owner, row["created_at"], source, conn))
+            facts = [f for f in facts if f["key"] not in newer]
+            if facts:
+                keep = deps.settings.max_facts
+                await deps.memory.upsert_facts(owner, facts, source, keep=keep, conn=conn)
+        logger.info("stored %d facts of %s from a kept text", len(facts), owner)
+        return len(facts)
