@@ -142,6 +142,8 @@ class Settings(BaseSettings):
     budget_working: float = Field(0.60, gt=0, le=1)
     context_selection: Literal["recent", "scored"] = "recent"
     summary_trigger: int = Field(10, ge=1)
+    window_step: int = Field(1, ge=1)
+    memory_retry_seconds: float = Field(5.0, ge=0)
     summary_strategy: Literal["summarize", "semantic", "keyvalue"] = "summarize"
     facts_objective_mode: Literal["auto", "always", "never"] = "auto"
     max_facts_in_prompt: int = Field(30, ge=0)

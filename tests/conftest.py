@@ -101,6 +101,8 @@ def make_settings(llm: FakeOpenAI | None = None, **overrides: Any) -> Settings:
         # Semantic search is tested where it is the subject; elsewhere a background
         # embedding model would only spend the machine's two cores.
         "embedding_provider": "off",
+        # Memory work retried at once after a failure: tests of back-off set it.
+        "memory_retry_seconds": 0.0,
     }
     if llm is not None:
         values |= {"openai_base_url": llm.base_url, "openai_api_key": "test-key"}

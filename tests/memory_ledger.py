@@ -20,19 +20,100 @@ from tests.fakes.memory_model import memory_reply, section, transcript
 from tests.fakes.openai_server import message_text
 
 TOKEN = re.compile(r"\b([uS]\d+)\b")
+# What a summary covers when it folded a message the memory model refused, as a placeholder
+# (the placeholder is src.graph.memory.summarizer.REFUSED_PLACEHOLDER, a user-visible text).
+REFUSED = "refused"
+REFUSED_PLACEHOLDER = "[a message the memory model refused]"
+
+
+def summary_of(request: dict[str, Any]) -> str:
+    """Return the running summary a chat request carries ("" when none)."""
+    system = message_text(request["messages"][0])
+    if prompts.SUMMARY_HEADER not in system:
+        return ""
+    return system.split(prompts.SUMMARY_HEADER + "\n", 1)[1].split("\n" + prompts.MEMORY_CLOSE)[0]
 
 
 @dataclass
 class Ledger:
-    """The memory model's answered requests, and what the squashes replaced."""
+    """The memory model's answered requests, and what the squashes replaced.
+
+    `covers` maps each summary the model wrote to the tokens it stands for: those of the
+    summary it extended, and those of the new messages it read (a shortened summary
+    stands for what the summary it shortened stood for).
+    """
 
     answered: list[dict[str, Any]] = field(default_factory=list)
     replaced: dict[str, list[str]] = field(default_factory=dict)
+    covers: dict[str, set[str]] = field(default_factory=dict)
+    links: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
+    """Per summary written: the summary it extended, and the user messages it read itself."""
 
     def reply(self, request: dict[str, Any]) -> str:
         """Answer as the memory model, recording the request (use as a fake reply)."""
         self.answered.append(request)
-        return memory_reply(request)
+        answer = memory_reply(request)
+        if message_text(request["messages"][0]) == prompts.SUMMARIZER_SYSTEM:
+            prompt = message_text(request["messages"][-1])
+            self.covers[answer.strip()] = self._covered_by(prompt)
+            self.links[answer.strip()] = self._link(prompt)
+        return answer
+
+    @staticmethod
+    def _link(prompt: str) -> tuple[str, list[str]]:
+        if "Current summary" not in prompt:
+            return section(prompt, "Summary:\n", "\n\nAnswer with").strip(), []
+        old = section(prompt, "Current summary (empty at first):\n", "\n\nNew messages:")
+        new = transcript(section(prompt, "New messages:\n", "\n\nRules:"))
+        users = [t for role, text in new if role == "user" for t in TOKEN.findall(text)]
+        return old.strip(), [t for t in users if t.startswith("u")]
+
+    def _answer_for(self, summary: str, table: dict[str, Any]) -> str | None:
+        text = summary.strip().removeprefix("… ").strip()
+        if text in table:
+            return text
+        ends = [answer for answer in table if answer.endswith(text)] if text else []
+        return ends[-1] if ends else None
+
+    def folded_along(self, summary: str) -> Counter[str]:
+        """Count, per user message, the folds along the chain of summaries that made the
+        stored `summary` which read the message itself (a discarded fold is not on it)."""
+        counts: Counter[str] = Counter()
+        seen: set[str] = set()
+        answer = self._answer_for(summary, self.links)
+        while answer is not None and answer not in seen:
+            seen.add(answer)
+            previous, users = self.links[answer]
+            counts.update(users)
+            answer = self._answer_for(previous, self.links) if previous != "(empty)" else None
+        return counts
+
+    def _covered_by(self, prompt: str) -> set[str]:
+        if "Current summary" not in prompt:  # asked to shorten a summary
+            return set(self.covered(section(prompt, "Summary:\n", "\n\nAnswer with")))
+        old = section(prompt, "Current summary (empty at first):\n", "\n\nNew messages:")
+        new = transcript(section(prompt, "New messages:\n", "\n\nRules:"))
+        tokens = {
+            t for role, text in new if role in ("user", "summary") for t in TOKEN.findall(text)
+        }
+        if any(REFUSED_PLACEHOLDER in text for _, text in new):
+            tokens.add(REFUSED)
+        return self.covered(old) | tokens
+
+    def folded_in(self, request: dict[str, Any]) -> set[str]:
+        """Return the user-message tokens the summary a chat request carries stands for."""
+        return {u for t in self.covered(summary_of(request)) for u in self.expand(t)}
+
+    def covered(self, summary: str) -> set[str]:
+        """Return the tokens (unexpanded) a stored or shown summary stands for: that of the
+        answer it is, or, cut from its start to fit, the answer it is the end of."""
+        text = summary.strip().removeprefix("… ").strip()
+        if not text or text == "(empty)":
+            return set()
+        if text in self.covers:
+            return self.covers[text]
+        ends = [c for answer, c in self.covers.items() if answer.endswith(text)]
+        return ends[-1] if ends else set()
 
     def of_kind(self, system: str) -> list[dict[str, Any]]:
         """Return the answered requests with this system prompt."""

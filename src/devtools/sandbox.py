@@ -33,6 +33,7 @@ OWNER_ROWS: tuple[tuple[str, str], ...] = (
     ("facts", "telegram_user_id = %(owner)s"),
     ("fact_changes", "telegram_user_id = %(owner)s"),
     ("session_compacts", "telegram_user_id = %(owner)s"),
+    ("pending_facts", "telegram_user_id = %(owner)s"),
     ("squash_log", "conversation_id IN (SELECT id FROM pg_temp.conversations)"),
     # A turn answering a Telegram update stores its reply for sending: a replay never
     # does (it passes no delivery), and if it did, the reply would land in an empty copy.

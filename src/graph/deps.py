@@ -13,6 +13,7 @@ from langchain_core.language_models import BaseChatModel
 
 from src.config import Settings
 from src.embeddings import Embedder
+from src.graph.memory.folds import Backoff, Runs
 from src.graph.memory.structured import JsonAnswers
 from src.graph.tokens import ApproxCounter, TokenCounter
 from src.storage.conversation_repo import ConversationRepository
@@ -57,9 +58,17 @@ class GraphDeps:
     budget: BudgetCheck | None = None
     """Token budgets: the summary and facts after a reply wait while the owner is over
     budget. None: no budgets."""
+    runs: Runs = field(default_factory=Runs)
+    """Memory work (summary folds, fact extraction) running in this process: one per
+    conversation, outliving the turn that started it (see src/graph/memory/folds.py)."""
+    backoff: Backoff = field(default_factory=Backoff)
+    """When memory work may be tried again after a transient failure."""
     stops: dict[int, asyncio.Event] = field(default_factory=dict)
     """The stop signals of this process's live turns, by owner (/stop sets one): the
     agent node streams the model's answer of such a turn and ends it when it is set."""
+
+    def __post_init__(self) -> None:
+        self.backoff.base = self.settings.memory_retry_seconds
 
     def chat_model_named(self, name: str | None) -> BaseChatModel:
         """Return the chat model called `name` (LLM_MODEL's is `chat_model`)."""

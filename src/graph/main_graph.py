@@ -1,5 +1,5 @@
 """Wire the conversation graph: build_context -> agent <-> tools -> log_tools (only after
-tools ran) -> save_response -> extract_facts? -> summarize?"""
+tools ran) -> save_response -> summarize? -> extract_facts?"""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ NODE_NAMES = (
     "tools",
     "log_tools",
     "save_response",
-    "extract_facts",
     "summarize",
+    "extract_facts",
 )
 
 
@@ -56,19 +56,19 @@ def build_graph(deps: GraphDeps, checkpointer: BaseCheckpointSaver[Any] | None =
     builder.add_edge("tools", "agent")
     builder.add_edge("log_tools", "save_response")
 
-    def summarize_or_end(state: ConversationState) -> Literal["summarize", "__end__"]:
-        # build_context decided (see `summary_due`); otherwise skip the step entirely.
-        return "summarize" if state.get("summary_due") else "__end__"
+    def facts_or_end(state: ConversationState) -> Literal["extract_facts", "__end__"]:
+        return "extract_facts" if state.get("facts_due") else "__end__"
 
     def route_after_save(
         state: ConversationState,
-    ) -> Literal["extract_facts", "summarize", "__end__"]:
-        # Facts first: both run after the reply, and MAX_STORAGE waits for both.
-        return "extract_facts" if state.get("facts_due") else summarize_or_end(state)
+    ) -> Literal["summarize", "extract_facts", "__end__"]:
+        # build_context decided (`summary_due`, `facts_due`); otherwise skip the steps.
+        # The summary first: it keeps the window's promise, facts can wait a turn.
+        return "summarize" if state.get("summary_due") else facts_or_end(state)
 
     builder.add_conditional_edges(
-        "save_response", route_after_save, ["extract_facts", "summarize", END]
+        "save_response", route_after_save, ["summarize", "extract_facts", END]
     )
-    builder.add_conditional_edges("extract_facts", summarize_or_end, ["summarize", END])
-    builder.add_edge("summarize", END)
+    builder.add_conditional_edges("summarize", facts_or_end, ["extract_facts", END])
+    builder.add_edge("extract_facts", END)
     return builder.compile(checkpointer=checkpointer, name="tgagent")

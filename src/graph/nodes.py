@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import openai
@@ -29,11 +31,13 @@ from psycopg_pool import PoolTimeout
 
 from src.graph import prompts
 from src.graph.context.assemble import build_context as assemble_context
-from src.graph.context.render import reply_text
+from src.graph.context.render import reply_text, row_tokens
 from src.graph.conversation_state import ConversationState
 from src.graph.deps import GraphDeps
+from src.graph.memory.errors import log_failure
 from src.graph.memory.facts import extract_pending
-from src.graph.memory.summarizer import summarize_overflow
+from src.graph.memory.summarizer import fold_before, summarize_due, summary_limits, window_rule
+from src.graph.memory.window import LAG_FACTOR, carried, due, window_size
 from src.graph.output_caps import was_cut
 from src.graph.tokens import count_tools
 from src.lang import lang_of
@@ -42,6 +46,8 @@ from src.storage.delivery_repo import Delivery
 from src.storage.turn_reads import read_turn
 
 logger = logging.getLogger(__name__)
+
+Row = dict[str, Any]
 
 
 # save_response drops the turn's context once it is answered: the thread's last checkpoint
@@ -73,13 +79,25 @@ class ModelFailure(RuntimeError):
 # timeouts and lost connections; not a refused request (4xx), which another model of the
 # same endpoint would most likely refuse too.
 TRANSIENT = (openai.InternalServerError, openai.APIConnectionError)
+# How long a turn whose prompt cannot carry every unsummarized message waits for the fold
+# it starts, and for one already under way, before it goes on and says what it left out.
+SYNC_FOLD_SECONDS = 10.0
+JOIN_FOLD_SECONDS = 1.0
 
 
-def window_size(active_messages_count: int | None, max_context: int) -> int:
-    """Return how many stored messages enter the context (seed 000)."""
-    if active_messages_count is None:
-        return max_context
-    return max(0, min(active_messages_count, max_context))
+@dataclass
+class Built:
+    """The context a turn assembled, and what it found about its memory."""
+
+    messages: list[BaseMessage]
+    snapshot: list[dict[str, Any]]
+    tokens: int
+    missing: int
+    """Unsummarized messages the prompt could not carry."""
+    first_kept: Row | None
+    """The oldest stored message the prompt carries (else the current one)."""
+    summary_due: bool
+    facts_due: bool
 
 
 def _cap_fallback(language: str | None) -> str:
@@ -186,20 +204,55 @@ class Nodes:
         """Read the turn's memory in one round trip and assemble the model's context
         within the token budget of the turn's model.
 
-        The rows read (window, summary, facts, compacts) enter the state only as the
-        messages the model sees: a checkpoint carries each of them once.
+        The request carries every message since /new (and not forgotten) that the
+        running summary has not folded (see src/graph/memory/window.py): when the
+        prompt cannot carry them all, the turn folds them itself first; if that fails
+        too, the request says how many it leaves out, and it is logged.
         """
-        deps, user_id = self.deps, state["user_id"]
-        settings = deps.settings
-        trigger = settings.summary_trigger
+        model = self._model_name(state, config)
+        built = await self._build(state, model)
+        if built.missing:
+            conversation_id = uuid.UUID(state["conversation_id"])
+            logger.warning(
+                "%d unsummarized messages of %s do not fit the prompt: folding them now",
+                built.missing,
+                conversation_id,
+            )
+            if await self._fold_now(state, model, built.first_kept):
+                built = await self._build(state, model)
+            if built.missing:
+                logger.error(
+                    "%d messages of %s are in neither the prompt nor the summary",
+                    built.missing,
+                    conversation_id,
+                )
+                notice = prompts.OMITTED_NOTE.format(count=built.missing)
+                built = await self._build(state, model, notice)
+        return {
+            "context": with_ids(built.messages),
+            "messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES)],
+            "thread": built.snapshot,
+            "context_tokens": built.tokens,
+            "tool_rounds": 0,
+            "model": model,
+            "summary_due": built.summary_due,
+            "facts_due": built.facts_due,
+        }
+
+    async def _build(self, state: ConversationState, model: str, notice: str = "") -> Built:
+        """Read the turn's memory and assemble the context (see `build_context`)."""
+        deps, settings = self.deps, self.deps.settings
+        user_id = state["user_id"]
+        conversation_id = uuid.UUID(state["conversation_id"])
         async with deps.conversations.pool.connection() as conn:
             reads = await read_turn(
                 conn,
                 user_id,
-                uuid.UUID(state["conversation_id"]),
-                # The current message, the window and, with a full window, what precedes
-                # it until the summarizer folds it (see below).
-                messages=settings.max_context + 1 + trigger + 2,
+                conversation_id,
+                # The current message and the window; what lags before it comes with
+                # the unsummarized ones (usually fewer than the window).
+                messages=settings.max_context + 1,
+                lag=settings.max_context * (1 + LAG_FACTOR) + 1,
                 facts_every=settings.facts_every,
                 # Twice the prompt's share: the objective filter may leave some out.
                 facts=2 * settings.max_facts_in_prompt,
@@ -207,58 +260,81 @@ class Nodes:
                 # earlier sessions of this one that ended by silence.
                 compacts=settings.compacts_in_prompt,
             )
-        user, conv = reads.user, reads.conversation
-        window = window_size(user["active_messages_count"] if user else None, settings.max_context)
-        full = window == settings.max_context
-        # A full window keeps what precedes it until the summarizer has folded it into
-        # the running summary: messages leave the context in batches, when the summary
-        # takes them, not one by one every turn. The prompt then stays byte-identical from
-        # turn to turn between folds (a cache reuses it), and no message is ever in neither
-        # the context nor the summary. At most `trigger + 2` more (the summarizer runs
-        # after the reply that leaves `trigger` of them waiting), and never more than
-        # doubling the window.
-        tail = window + min(trigger + 2, window) if full else window
-        rows: list[dict[str, Any]] = []
-        earlier: list[dict[str, Any]] = []
-        recent: list[dict[str, Any]] = []
-        if window > 0:
-            loaded = [
-                r for r in reads.messages[-(tail + 1) :] if r["id"] != state.get("input_message_id")
-            ]
-            rows = loaded[-tail:]
-            recent, earlier = loaded[-window:], loaded[:-window]
-        # After this turn the window moves on by at least the message and its reply:
-        # count those two with the `trigger` messages before it, so the summarizer runs
-        # right after the reply that leaves enough waiting, not one turn later.
-        leaving = recent[:2] if full else []
-        waiting = earlier[-trigger:] + leaving
-        overflow_ready = sum(not r["summarized"] for r in waiting) >= trigger
-        # A summarized message is in the running summary: showing it again would
-        # repeat it, and compressing it would summarize it twice.
-        history = [_jsonable(r) for r in rows if not r["summarized"]]
+        user, current = reads.user, state.get("input_message_id")
+        count = user["active_messages_count"] if user else None
+        # Seed 000 counts the window before the current message is stored; storing it
+        # counted it already.
+        size = window_size(None if count is None else count - 1, settings.max_context)
+        seen = {r["id"] for r in reads.messages}
+        rows = [r for r in reads.unsummarized if r["id"] not in seen] + reads.messages
+        rows.sort(key=lambda r: (r["created_at"], r["id"]))
+        this = next((r for r in rows if r["id"] == current), None)
+        rows = [r for r in rows if r["id"] != current]
+        limits = summary_limits(settings, self.tool_tokens, model)
+        rule = window_rule(settings, size, limits)
+        history, hidden = carried(rows, rule)
+        conv = reads.conversation
         values = dict(
             state,
-            model=self._model_name(state, config),
-            history=history,
+            model=model,
+            history=[_jsonable(r) for r in history],
             summary=conv["summary"] if conv else "",
             facts=[_jsonable(f) for f in reads.facts],
             compacts=[_jsonable(c) for c in reads.compacts],
+            notice=notice,
         )
         messages, snapshot, tokens = assemble_context(
             values, settings, deps.counter, reserve=self.tool_tokens
         )
-        return {
-            "context": with_ids(messages),
-            "messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES)],
-            "thread": snapshot,
-            "context_tokens": tokens,
-            "tool_rounds": 0,
-            # Summarize after the reply when enough unsummarized messages precede the
-            # window, or when the token budget left stored messages out of the context
-            # (the thread then holds fewer than the history and the current message).
-            "summary_due": overflow_ready or len(snapshot) <= len(history),
-            "facts_due": conv is not None and conv["facts_pending"] >= settings.facts_every,
-        }
+        shown = {e["id"] for e in snapshot}
+        left_out = [r for r in history if not r["summarized"] and r["id"] not in shown]
+        if len(reads.unsummarized) >= settings.max_context * (1 + LAG_FACTOR) + 1:
+            hidden = max(hidden, 1)  # more than was read: the prompt cannot carry them
+        kept = [r for r in history if r["id"] in shown]
+        # After the reply the thread holds the current message and at least the answer.
+        after = [*rows, {"id": current, "content": state["input_text"], "summarized": False}]
+        after.append({"id": None, "content": "", "summarized": True})
+        cost = functools.partial(row_tokens, counter=deps.counter)
+        return Built(
+            messages=messages,
+            snapshot=snapshot,
+            tokens=tokens,
+            missing=hidden + len(left_out),
+            first_kept=kept[0] if kept else this,
+            summary_due=bool(due(after, rule, cost)),
+            facts_due=conv is not None and conv["facts_pending"] >= settings.facts_every,
+        )
+
+    async def _fold_now(self, state: ConversationState, model: str, before: Row | None) -> bool:
+        """Fold every unsummarized message before `before` (the oldest message the
+        prompt keeps, else the current one) now, within the model's timeout; say
+        whether it ran."""
+        deps = self.deps
+        conversation_id = uuid.UUID(state["conversation_id"])
+        key = ("summary", conversation_id)
+        if before is None or deps.backoff.waiting(key):
+            return False
+        try:
+            running = deps.runs.running(key)
+            if running is not None:
+                # A fold under way (a slow model): a moment for it, not its whole time.
+                await asyncio.wait_for(asyncio.shield(running), JOIN_FOLD_SECONDS)
+            task = deps.runs.start(
+                key,
+                lambda: fold_before(
+                    deps, state["user_id"], conversation_id, before, model, self.tool_tokens
+                ),
+            )
+            # Not cancelled when the wait ends: it goes on and commits for a later turn.
+            wait = min(deps.settings.llm_timeout, SYNC_FOLD_SECONDS)
+            await asyncio.wait_for(asyncio.shield(task), wait)
+        except Exception as exc:
+            if not isinstance(exc, TimeoutError):
+                deps.backoff.failed(key)
+            log_failure(logger, f"folding the summary of {conversation_id} in the turn", exc)
+            return False
+        deps.backoff.succeeded(key)
+        return True
 
     async def agent(
         self, state: ConversationState, config: RunnableConfig
@@ -477,13 +553,11 @@ class Nodes:
                         )
                         for record in records
                     ]
+                    # Each message stored advances seed 000's counter (APPEND_MESSAGE).
                     sent.append(
                         await conversations.send_message(
                             conn, conversation_id, "assistant", reply, meta
                         )
-                    )
-                    await self.deps.users.advance_active_messages_count(
-                        state["user_id"], stored, conn=conn
                     )
                     if delivery is not None:
                         await self.deps.delivery.add_reply(
@@ -517,24 +591,49 @@ class Nodes:
         """Extract facts from the messages not extracted yet; a failure loses nothing."""
         if not await self._within_budget(state, "fact extraction"):
             return {"facts_learned": 0}
-        try:
-            stored = await extract_pending(
-                self.deps, state["user_id"], uuid.UUID(state["conversation_id"])
-            )
-        except Exception:
-            logger.warning("fact extraction failed for %s", state["conversation_id"], exc_info=True)
-            stored = 0
+        conversation_id = uuid.UUID(state["conversation_id"])
+        stored = await self._memory_work(
+            ("facts", conversation_id),
+            "fact extraction",
+            lambda: extract_pending(self.deps, state["user_id"], conversation_id),
+        )
         return {"facts_learned": stored}
 
     async def summarize(self, state: ConversationState) -> dict[str, Any]:
-        """Fold overflow into the running summary; a failure is logged and loses nothing."""
+        """Fold what is due into the running summary; a failure is logged, loses nothing."""
         if not await self._within_budget(state, "summary"):
             return {"summarized": 0}
-        try:
-            folded = await summarize_overflow(
-                self.deps, uuid.UUID(state["conversation_id"]), reserve=self.tool_tokens
-            )
-        except Exception:
-            logger.warning("summarizer failed for %s", state["conversation_id"], exc_info=True)
-            folded = 0
+        conversation_id = uuid.UUID(state["conversation_id"])
+        model = state.get("model") or self.deps.settings.llm_model
+        folded = await self._memory_work(
+            ("summary", conversation_id),
+            "summary",
+            lambda: summarize_due(
+                self.deps, state["user_id"], conversation_id, model, self.tool_tokens
+            ),
+        )
         return {"summarized": folded}
+
+    async def _memory_work(
+        self, key: tuple[str, uuid.UUID], what: str, work: Callable[[], Awaitable[int]]
+    ) -> int:
+        """Run memory work after the reply as the conversation's one run of that kind,
+        shielded: when the owner's next turn makes this turn give way, the work goes on
+        and commits instead of being cancelled and sent again (src/graph/memory/folds.py).
+        A transient failure backs off; nothing is marked that was not stored."""
+        deps = self.deps
+        if deps.backoff.waiting(key) and deps.runs.running(key) is None:
+            logger.info("%s of %s waits after a failure", what, key[1])
+            return 0
+
+        async def logged() -> int:
+            try:
+                done = await work()
+            except Exception as exc:
+                delay = deps.backoff.failed(key)
+                log_failure(logger, f"{what} of {key[1]} (next try in {delay:.0f} s)", exc)
+                return 0
+            deps.backoff.succeeded(key)
+            return done
+
+        return int(await asyncio.shield(deps.runs.start(key, logged)))

@@ -68,6 +68,21 @@ Rules:
 - drop items that the new messages closed
 - at most about {words} words, in the language of the conversation
 Answer with the updated summary only."""
+# Follows the user's message when the memory could not keep up (never expected: logged).
+OMITTED_NOTE = (
+    "[Note from the system: {count} earlier messages of this conversation are not shown and "
+    "not yet in the summary; the memory is catching up. Ask the user if something seems "
+    "missing.]"
+)
+# Asked once more when a summary came back over its budget.
+SUMMARY_SHORTER = """This summary of a conversation is too long. Shorten it to at most about \
+{words} words, in its language: keep decisions, facts and open questions; drop the oldest \
+details first.
+
+Summary:
+{summary}
+
+Answer with the shortened summary only."""
 
 FACTS_SYSTEM = (
     "You extract durable facts about the user from a conversation. Answer with JSON only."

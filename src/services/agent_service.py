@@ -270,9 +270,9 @@ class AgentService:
         progress["stored"] = True
         refusal = await self.budget_refusal(identity)
         if refusal is not None:
-            # Stored, and in the window (seed 000's counter); no model is called, and
-            # the session is not compacted now: a later turn or job does it.
-            await deps.users.advance_active_messages_count(identity.owner_id, 1)
+            # Stored, and in the window (storing it advanced seed 000's counter); no
+            # model is called, and the session is not compacted now: a later turn or job
+            # does it.
             result.set_result(TurnResult(refusal, conversation_id=str(conversation_id)))
             return
         if self.compactor is not None and session_over(
@@ -528,6 +528,7 @@ class AgentService:
         """Wait until background work (summaries after replies) has finished."""
         while self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
+        await self.deps.runs.drain()  # memory work that outlived its turn
         if self.compactor is not None:
             await self.compactor.drain()
         if self.usage is not None:
@@ -695,9 +696,9 @@ class AgentService:
                 window = window_size(
                     user["active_messages_count"] if user else None, self.settings.max_context
                 )
+                # The window as a turn shows it (the summary folds ahead, so its older
+                # part may be in the summary too: a squash of that part stays summarized).
                 rows = await deps.conversations.load_last_messages(conversation_id, window)
-                # What is in the running summary already is not working memory.
-                rows = [r for r in rows if not r["summarized"]]
                 outcome = await run_compression(
                     deps, self.compress_graph, identity.owner_id, conversation_id, rows, focus
                 )

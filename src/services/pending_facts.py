@@ -77,8 +77,8 @@ class PendingFacts:
         due = self.deps.clock()
         kept = 0
         for batch in batches:
-            if batch.text:
-                await self.repo.add(batch.owner_id, batch.conversation_id, batch.text, due, conn)
+            for text in batch.texts:  # a long message's parts, each read on its own
+                await self.repo.add(batch.owner_id, batch.conversation_id, text, due, conn)
                 kept += 1
             await self.deps.conversations.mark_facts_extracted(
                 batch.conversation_id, batch.ids, conn=conn

@@ -186,11 +186,10 @@ class ReminderService:
             except RecipientGone as exc:
                 await self.recipient_gone(owner, exc)
                 return "turned_off"
-            async with deps.conversations.pool.connection() as conn, conn.transaction():
-                await deps.conversations.append_message(
-                    conversation_id, "assistant", text, {"reminder": True}, conn=conn
-                )
-                await deps.users.advance_active_messages_count(owner, 1, conn=conn)
+            # Storing it advances seed 000's window counter too.
+            await deps.conversations.append_message(
+                conversation_id, "assistant", text, {"reminder": True}
+            )
         return "sent" if from_model else "templates"
 
     async def refuse(self, user: dict[str, Any]) -> str:

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
@@ -25,12 +26,18 @@ SELECT_USER_CONVERSATION_IDS = "SELECT id FROM conversations WHERE telegram_user
 DELETE_USER_CONVERSATIONS = "DELETE FROM conversations WHERE telegram_user_id = %s"
 # One statement: the row lock on the conversation serializes concurrent appends, so
 # numbers are unique and gapless (seed 003 variant 1) at one round trip per message.
+# After /forget, seed 000's window counts every stored message (an unanswered one, a
+# document kept to ask about later, a reminder), not only answered turns.
 APPEND_MESSAGE = """
 WITH n AS (
     UPDATE conversations
     SET next_message_number = next_message_number + 1, last_message_at = clock_timestamp()
     WHERE id = %s
-    RETURNING id, next_message_number - 1 AS number, last_message_at
+    RETURNING id, telegram_user_id, next_message_number - 1 AS number, last_message_at
+), counted AS (
+    UPDATE users SET active_messages_count = active_messages_count + 1
+    FROM n WHERE users.telegram_user_id = n.telegram_user_id
+      AND users.active_messages_count IS NOT NULL
 )
 INSERT INTO messages (conversation_id, number, role, content, meta, facts_extracted, created_at)
 SELECT id, number, %s, %s, %s, %s, last_message_at FROM n
@@ -61,6 +68,15 @@ DELETE_CONVERSATION_MESSAGES = "DELETE FROM messages WHERE conversation_id = %s"
 SET_SUMMARY = "UPDATE conversations SET summary = %s WHERE id = %s"
 MARK_SUMMARIZED = """
 UPDATE messages SET summarized = true WHERE conversation_id = %s AND id = ANY(%s)
+"""
+# A fold's guard: the summary it extended is still the stored one (the row lock makes a
+# concurrent fold wait, then see the new summary), and its messages are still unsummarized.
+SET_SUMMARY_IF = """
+UPDATE conversations SET summary = %s WHERE id = %s AND summary = %s RETURNING id
+"""
+MARK_UNSUMMARIZED_SUMMARIZED = """
+UPDATE messages SET summarized = true
+WHERE conversation_id = %s AND id = ANY(%s) AND NOT summarized AND squashed_at IS NULL
 """
 # /forget: everything stored so far stays out of the summary for good.
 MARK_ALL_SUMMARIZED = """
@@ -253,6 +269,28 @@ class ConversationRepository(Repository):
         async with self._conn(conn) as c, c.transaction():
             await c.execute(SET_SUMMARY, (clean_text(summary), conversation_id))
             await c.execute(MARK_SUMMARIZED, (conversation_id, list(message_ids)))
+
+    async def fold_summary(
+        self,
+        conversation_id: uuid.UUID,
+        old: str,
+        new: str,
+        message_ids: list[int],
+        conn: Conn | None = None,
+    ) -> bool:
+        """Store `new` as the running summary and mark the messages it folded, if the
+        stored summary is still `old` and none of the messages was folded or squashed
+        meanwhile; else change nothing. Return whether it was stored."""
+        async with self._conn(conn) as c, c.transaction():
+            cur = await c.execute(SET_SUMMARY_IF, (clean_text(new), conversation_id, old))
+            if await cur.fetchone() is not None:
+                cur = await c.execute(
+                    MARK_UNSUMMARIZED_SUMMARIZED, (conversation_id, list(message_ids))
+                )
+                if cur.rowcount == len(set(message_ids)):
+                    return True
+            raise psycopg.Rollback
+        return False
 
     async def forget_summary(self, conversation_id: uuid.UUID, conn: Conn | None = None) -> None:
         """Empty the running summary; nothing stored so far will ever be summarized."""

@@ -5,7 +5,8 @@ created or refreshed (names, last seen), their current conversation, the id of i
 thread's last checkpoint and, for a Telegram update run again, the message it stored
 before (`send_turn_start`). Before the model call: the owner's row (seed 000's counter),
 the conversation (running summary, messages awaiting fact extraction), the last stored
-messages, the facts and the compacts of previous sessions (`read_turn`). Each round's
+messages, the oldest unsummarized ones, the facts and the compacts of previous sessions
+(`read_turn`). Each round's
 reads are independent: they are sent together in pipeline mode and their results read
 back after one sync, over one pool checkout. The statements are the repositories' own
 (the checkpoint's, the saver's).
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from src.storage.checkpointer import SELECT_OWNERS_LATEST_ID
@@ -23,6 +24,7 @@ from src.storage.conversation_repo import (
     LOAD_LAST_MESSAGES,
     SELECT_CONVERSATION_WITH_PENDING,
     SELECT_LATEST_CONVERSATION,
+    SELECT_UNSUMMARIZED,
 )
 from src.storage.delivery_repo import MESSAGE_ID
 from src.storage.memory_repo import SELECT_COMPACTS, SELECT_FACTS
@@ -43,6 +45,8 @@ class TurnReads:
     """Most important first."""
     compacts: list[Row]
     """Newest first."""
+    unsummarized: list[Row] = field(default_factory=list)
+    """The oldest live messages not yet summarized, oldest first (at most `lag`)."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,7 @@ async def read_turn(
     facts_every: int,
     facts: int,
     compacts: int,
+    lag: int = 0,
 ) -> TurnReads:
     """Read a turn's inputs over `conn` in one round trip (see the module's doc)."""
     async with conn.pipeline():
@@ -115,9 +120,10 @@ async def read_turn(
             await conn.execute(LOAD_LAST_MESSAGES, (conversation_id, max(messages, 0))),
             await conn.execute(SELECT_FACTS, (owner_id, max(facts, 0))),
             await conn.execute(SELECT_COMPACTS, (owner_id, max(compacts, 0))),
+            await conn.execute(SELECT_UNSUMMARIZED, (conversation_id, max(lag, 0))),
         ]
     # Read once the pipeline is synced: a read inside it would cost a round trip more.
     user = await cursors[0].fetchone()
     conversation = await cursors[1].fetchone()
     rows = [list(await cur.fetchall()) for cur in cursors[2:]]
-    return TurnReads(user, conversation, rows[0], rows[1], rows[2])
+    return TurnReads(user, conversation, *rows)

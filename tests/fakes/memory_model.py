@@ -5,7 +5,8 @@ would, from the text it is sent (no state of its own):
 - fact extraction: `{"facts": [...]}` with one fact per user line saying
   "my <thing> is <value>" (or "меня зовут <name>"), keyed by the thing;
 - summary updates: the previous summary plus a short line per new message, cut to about
-  the length the prompt asks for;
+  the length the prompt asks for (its oldest words first), and likewise when asked to
+  shorten a summary;
 - session compacts: `{"summary", "topics", "lastAction"}` built from the user's lines.
 Anything else is answered like the default echo model.
 """
@@ -64,6 +65,10 @@ def memory_reply(request: dict[str, Any]) -> str:
     if system == prompts.FACTS_SYSTEM:
         lines = transcript(section(prompt, "Messages:\n", "\n\nAnswer with"))
         return json.dumps({"facts": facts_in(lines)}, ensure_ascii=False)
+    if system == prompts.SUMMARIZER_SYSTEM and "Current summary" not in prompt:
+        # Asked to shorten a summary: like a model told "at most about N words".
+        words = int(re.search(r"at most about (\d+) words", prompt).group(1))  # type: ignore[union-attr]
+        return " ".join(section(prompt, "Summary:\n", "\n\nAnswer with").split()[-words:])
     if system == prompts.SUMMARIZER_SYSTEM:
         old = section(prompt, "Current summary (empty at first):\n", "\n\nNew messages:")
         new = transcript(section(prompt, "New messages:\n", "\n\nRules:"))

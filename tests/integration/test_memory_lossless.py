@@ -15,7 +15,7 @@ from typing import Any
 
 from src.graph import prompts
 from src.graph.deps import utc_now
-from src.graph.memory.summarizer import summarize_overflow
+from src.graph.memory.summarizer import summarize_due
 from src.services.agent_service import Identity
 from src.storage.squash_repo import SquashRepository
 from tests.fakes.memory_model import MEMORY_MODEL
@@ -88,8 +88,12 @@ async def test_facts_fall_back_to_plain_text_where_structured_output_is_refused(
     facts = {f["key"]: f["value"] for f in await rt.deps.memory.list_facts(NINA.owner_id)}
     assert facts == {"city": "Kazan", "dog": "Rex"}
     asked = [r for r in llm.requests if r["model"] == MEMORY_MODEL]
-    # One refusal, then plain text for the rest of the process.
-    assert ["response_format" in r for r in asked] == [True, False, False]
+    # One refusal of the schema, then JSON mode for the rest of the process.
+    assert [r["response_format"]["type"] for r in asked] == [
+        "json_schema",
+        "json_object",
+        "json_object",
+    ]
 
 
 async def test_facts_are_capped_and_keys_normalized(runtime_factory: Any, llm: Any) -> None:
@@ -129,15 +133,16 @@ async def test_squash_row_reaches_the_summarizer_once(runtime_factory: Any, llm:
     when a batch ended on it, every later message was skipped)."""
     rt, ledger, conv = await squashed(runtime_factory, llm, 4, 9, [2, 3], "S1")
     repo = rt.deps.conversations
-    await summarize_overflow(rt.deps, conv)
+    await summarize_due(rt.deps, NINA.owner_id, conv)
     for i in range(10, 16):
         await repo.append_message(conv, "user", f"u{i}")
-        await summarize_overflow(rt.deps, conv)
+        await summarize_due(rt.deps, NINA.owner_id, conv)
     await ledger.learn_squashes(rt.pool, [conv])
     counts = ledger.summarized()
     window = [r["content"] for r in await repo.load_last_messages(conv, 4)]
     assert window == ["u12", "u13", "u14", "u15"]
-    assert counts == {f"u{i}": 1 for i in range(1, 12)}
+    # Folded ahead: all but the newest 2 (MAX_CONTEXT=4 less twice a batch of 1).
+    assert counts == {f"u{i}": 1 for i in range(1, 14)}
 
 
 async def test_summary_after_a_squash_that_ends_a_batch(runtime_factory: Any, llm: Any) -> None:
@@ -148,10 +153,10 @@ async def test_summary_after_a_squash_that_ends_a_batch(runtime_factory: Any, ll
     # largest id of all, at the second position).
     for i in range(5, 9):
         await repo.append_message(conv, "user", f"u{i}")
-        await summarize_overflow(rt.deps, conv)
+        await summarize_due(rt.deps, NINA.owner_id, conv)
     await ledger.learn_squashes(rt.pool, [conv])
-    # u6 waits for a second overflow message (SUMMARY_TRIGGER=2); u7, u8 are the window.
-    assert ledger.summarized() == {f"u{i}": 1 for i in range(1, 6)}
+    # MAX_CONTEXT=2 keeps nothing unfolded: every message is folded, once.
+    assert ledger.summarized() == {f"u{i}": 1 for i in range(1, 9)}
 
 
 async def test_idle_session_compact_reaches_the_next_prompt(runtime_factory: Any, llm: Any) -> None:
@@ -167,7 +172,8 @@ async def test_idle_session_compact_reaches_the_next_prompt(runtime_factory: Any
     await rt.service.handle_message(NINA, "Hi again")
     system = chat_requests(llm, rt)[-1]["messages"][0]["content"]
     assert prompts.PREVIOUS_CONVERSATIONS_HEADER in system
-    assert "Talked about: Let's plan the trip to Tbilisi; We fly on May 3" in system
+    # The plain compact, stored at once (the model's replaces it after the reply).
+    assert "User wrote: Let's plan the trip to Tbilisi | We fly on May 3" in system
     # The conversation goes on: its history is still the working memory.
     history = " ".join(m["content"] for m in chat_requests(llm, rt)[-1]["messages"][1:])
     assert "We fly on May 3" in history

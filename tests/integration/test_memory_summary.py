@@ -16,7 +16,7 @@ import pytest
 from src.graph import prompts
 from src.graph.main_graph import make_tools
 from src.graph.memory.facts import extract_pending
-from src.graph.memory.summarizer import PROMPT_RESERVE, summarize_overflow, summary_limits
+from src.graph.memory.summarizer import PROMPT_RESERVE, summarize_due, summary_limits
 from src.graph.tokens import PER_MESSAGE_OVERHEAD, ApproxCounter, count_tools
 from src.services.agent_service import Identity
 from tests.fakes.openai_server import echo_reply, message_text
@@ -37,6 +37,8 @@ def is_facts(request: dict[str, Any]) -> bool:
 def greedy_summary(request: dict[str, Any]) -> str:
     """A summary model that never forgets anything: old summary plus every new line."""
     prompt = request["messages"][-1]["content"]
+    if "Current summary" not in prompt:  # asked to shorten: it cannot
+        return prompt.split("Summary:\n", 1)[1].split("\n\nAnswer with")[0]
     old = prompt.split("Current summary (empty at first):\n", 1)[1].split("\n\nNew messages:")[0]
     new = prompt.split("New messages:\n", 1)[1].split("\n\nRules:")[0]
     return ("" if old == "(empty)" else old + "\n") + new
@@ -95,7 +97,7 @@ async def test_summarizer_input_stays_bounded_over_300_turns(
         for role, text in (("user", user), ("assistant", reply)):
             await repo.append_message(conv, role, text)
             history += COUNTER.count(text) + PER_MESSAGE_OVERHEAD
-        await summarize_overflow(rt.deps, conv)
+        await summarize_due(rt.deps, ANNA.owner_id, conv)
         sizes[turn] = history
 
     requests = llm.requests_for(SUMM)
@@ -179,19 +181,21 @@ async def test_strategies_are_incremental(runtime_factory: Any, llm: Any, strate
     llm.script_for(SUMM, "decision:first: one", "decision:second: two")
     repo = rt.deps.conversations
     conv = await conversation(rt, ANNA.owner_id)
+    # MAX_CONTEXT=4 keeps its newest 2 unfolded (4 - 2 x a batch of 1): the rest is
+    # folded ahead, while still in the window.
     for i in range(6):
         await repo.append_message(conv, "user", f"message {i}")
-    assert await summarize_overflow(rt.deps, conv) == 2
+    assert await summarize_due(rt.deps, ANNA.owner_id, conv) == 4
     for i in range(6, 8):
         await repo.append_message(conv, "user", f"message {i}")
-    assert await summarize_overflow(rt.deps, conv) == 2
+    assert await summarize_due(rt.deps, ANNA.owner_id, conv) == 2
     first, second = [r for r in llm.requests_for(SUMM) if not is_facts(r)]
     instruction = prompts.SUMMARY_INSTRUCTIONS[strategy].splitlines()[0]
     assert instruction in first["messages"][-1]["content"]
     # The second call sees the previous summary and only the new overflow.
     prompt = second["messages"][-1]["content"]
     assert "decision:first: one" in prompt
-    assert "message 2" in prompt and "message 3" in prompt and "message 1" not in prompt
+    assert "message 4" in prompt and "message 5" in prompt and "message 3" not in prompt
     assert (await repo.get_conversation(conv))["summary"] == "decision:second: two"
 
 
@@ -206,7 +210,8 @@ async def test_unreadable_facts_are_dropped_and_the_batch_marked(
     assert await extract_pending(rt.deps, ANNA.owner_id, conv) == 0
     assert await rt.deps.memory.list_facts(ANNA.owner_id) == []
     assert await rt.deps.conversations.facts_pending(conv, 10) == []  # not asked again
-    assert await summarize_overflow(rt.deps, conv) == 2
+    # MAX_CONTEXT=2: all four are folded ahead.
+    assert await summarize_due(rt.deps, ANNA.owner_id, conv) == 4
     assert (await rt.deps.conversations.get_conversation(conv))["summary"] == "Summary: talked."
 
 
@@ -217,13 +222,13 @@ async def test_model_error_advances_nothing(runtime_factory: Any, llm: Any) -> N
         await rt.deps.conversations.append_message(conv, "user", f"m{i}")
     llm.fail_next(2)
     with pytest.raises(Exception, match="500"):
-        await summarize_overflow(rt.deps, conv)
+        await summarize_due(rt.deps, ANNA.owner_id, conv)
     with pytest.raises(Exception, match="500"):
         await extract_pending(rt.deps, ANNA.owner_id, conv)
     rows = await rt.deps.conversations.load_last_messages(conv, 10)
     assert not any(r["summarized"] or r["facts_extracted"] for r in rows)
     llm.script_for(SUMM, "Summary.", '{"facts": []}')
-    assert await summarize_overflow(rt.deps, conv) == 2  # the same batch, retried
+    assert await summarize_due(rt.deps, ANNA.owner_id, conv) == 4  # the same batch, retried
     assert await extract_pending(rt.deps, ANNA.owner_id, conv) == 0
     assert await rt.deps.conversations.facts_pending(conv, 10) == []
 
@@ -243,7 +248,7 @@ async def test_oversized_messages_are_summarized_not_lost(runtime_factory: Any, 
     assert 12 < rt.settings.max_context
     # As the graph calls it: the tools' schemas take their share of the budget.
     reserve = count_tools(make_tools(rt.deps), rt.deps.counter)
-    folded = await summarize_overflow(rt.deps, conv, reserve)
+    folded = await summarize_due(rt.deps, ANNA.owner_id, conv, None, reserve)
     assert folded >= 8
     summarized = {r["id"] for r in await repo.load_last_messages(conv, 20) if r["summarized"]}
     assert "Большое сообщение 0." in llm.requests_for(SUMM)[0]["messages"][-1]["content"]

@@ -82,13 +82,16 @@ async def test_max_completion_tokens_when_asked(runtime_factory: Any, llm: Any) 
 
 async def test_summary_call_capped(runtime_factory: Any, llama: Any) -> None:
     rt = await runtime_factory(default_context_limit=4000)
-    llama.script_for(MEMORY_MODEL, LONG)
+    llama.script_for(MEMORY_MODEL, LONG, LONG)
     summary = await update_summary(rt.deps, "", "[user]: Привет\n[assistant]: Здравствуйте")
-    (request,) = memory_requests(llama, prompts.SUMMARIZER_SYSTEM)
+    # Cut at the cap: asked again, shorter; cut again: its oldest part goes.
+    first, again = memory_requests(llama, prompts.SUMMARIZER_SYSTEM)
     budget = summary_limits(rt.settings).summary
-    assert request["max_tokens"] == summary_tokens(budget)
-    assert "max_completion_tokens" not in request
-    assert 0 < len(summary) <= summary_tokens(budget) * 4 < len(LONG)
+    for request in (first, again):
+        assert request["max_tokens"] == summary_tokens(budget)
+        assert "max_completion_tokens" not in request
+    assert 0 < rt.deps.counter.count(summary) <= budget
+    assert summary.removeprefix("… ") in LONG  # the newest part of what was written
 
 
 async def test_facts_call_capped(runtime_factory: Any, llama: Any) -> None:
@@ -132,14 +135,15 @@ async def test_reminder_call_capped(runtime_factory: Any, llama: Any) -> None:
 async def test_cut_facts_answer_marks_the_batch(
     runtime_factory: Any, llama: Any, structured: str
 ) -> None:
-    """A fact answer cut at its cap is unreadable, and would be again: never retried."""
+    """A fact answer cut at its cap loses nothing: the batch is asked again in halves (the
+    user's message alone here), and marked once that answer is whole."""
     rt = await runtime_factory(structured_output=structured)
     assert (await rt.service.handle_message(ANN, "My dog is Rex.")).ok
     await rt.service.drain()
     conv = await rt.deps.conversations.get_or_create_conversation(ANN.owner_id)
     (batch,) = await read_pending(rt.deps, ANN.owner_id, conv)
     llama.script_for(MEMORY_MODEL, '{"facts": [' + LONG)
-    assert await extract_batch(rt.deps, batch) == 0
+    assert await extract_batch(rt.deps, batch) == 1
     assert await read_pending(rt.deps, ANN.owner_id, conv) == []
 
 

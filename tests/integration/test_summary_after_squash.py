@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from src.graph.memory.summarizer import find_overflow
+from src.graph.context.render import row_tokens
+from src.graph.memory.summarizer import summary_limits, window_rows, window_rule
+from src.graph.memory.window import due
 from src.storage.squash_repo import SquashRepository
 
 
@@ -20,5 +22,8 @@ async def test_overflow_excludes_messages_after_an_early_summary_row(
     await SquashRepository(rt.pool).squash(conv, [rows[4]["id"], rows[5]["id"]], "S45", "model")
     window = await repo.load_last_messages(conv, 5)
     assert [r["content"] for r in window] == ["S45", "m6", "m7", "m8", "m9"]
-    _, overflow = await find_overflow(rt.deps, conv)
-    assert [r["content"] for r in overflow] == ["m0", "m1", "m2", "m3"]
+    _, size, rows = await window_rows(rt.deps, 8080, conv)
+    rule = window_rule(rt.settings, size, summary_limits(rt.settings))
+    # Folded ahead: everything older than the newest `keep` (5 - 2 * 1 = 3) messages.
+    overflow = due(rows, rule, lambda r: row_tokens(r, rt.deps.counter))
+    assert [r["content"] for r in overflow] == ["m0", "m1", "m2", "m3", "S45", "m6"]

@@ -68,6 +68,8 @@ def build_context(
     system = SystemMessage(system_prompt(sections))
     # Preferences and hypotheses follow the current message: see `facts_sections`.
     note = memory_section([sections["soft"]])
+    # The turn's own notice (the memory could not keep up) follows, outside the data.
+    note = "\n\n".join(p for p in (note, state.get("notice") or "") if p)
     fixed = count_messages([system], counter) + cost(current)
     fixed += counter.count(note) + 1 if note else 0
     if fixed > layers.total:

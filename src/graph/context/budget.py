@@ -45,6 +45,46 @@ def truncate_text(text: str, budget: int, counter: TokenCounter) -> str:
     return best + " …" if best else ""
 
 
+def truncate_start(text: str, budget: int, counter: TokenCounter) -> str:
+    """Cut `text` to `budget` tokens from its start: keep the newest part, from a sentence.
+
+    For a running summary, whose oldest details are the first to go. A last sentence
+    longer than the budget keeps its last words after "… ".
+    """
+    if counter.count(text) <= budget:
+        return text
+    if budget <= 0:
+        return ""
+    starts = [m.end() for m in _SENTENCE_END.finditer(text)]
+    for start in starts:  # the first (longest) suffix that fits
+        candidate = text[start:].strip()
+        if candidate and counter.count(candidate) <= budget:
+            return candidate
+    words = [m.end() for m in _SPACE.finditer(text)]
+    for start in words:
+        candidate = "… " + text[start:].strip()
+        if counter.count(candidate) <= budget:
+            return candidate
+    return ""
+
+
+def split_text(text: str, budget: int, counter: TokenCounter) -> list[str]:
+    """Split `text` into consecutive parts of at most `budget` tokens each, every part
+    ending on a sentence (or, for a longer sentence, between words): nothing is lost."""
+    parts: list[str] = []
+    rest = text.strip()
+    while rest:
+        if counter.count(rest) <= budget:
+            parts.append(rest)
+            break
+        head = truncate_text(rest, budget, counter).removesuffix(" …")
+        if not head or not rest.startswith(head):
+            head = rest[: max(1, budget)]  # no sentence or word fits: characters
+        parts.append(head.strip())
+        rest = rest[len(head) :].strip()
+    return parts
+
+
 class CharCounter:
     """A "token counter" counting characters, to cut text to a length on a sentence."""
 

@@ -17,17 +17,17 @@ import logging
 import re
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages import HumanMessage, SystemMessage
 
 from src.graph import prompts
 from src.graph.deps import GraphDeps
-from src.graph.memory.errors import is_refusal
+from src.graph.memory.errors import is_refusal, log_failure
 from src.graph.memory.facts_salvage import complete_items, settle, store_and_mark
 from src.graph.memory.structured import CutAnswer, load_json, object_schema
-from src.graph.memory.summarizer import summary_limits, take_batch
+from src.graph.memory.summarizer import summary_limits, take_segments
 from src.graph.model_calls import call_config
 from src.graph.output_caps import FACTS_TOKENS, with_output_cap
 from src.storage.memory_repo import FACT_TYPES
@@ -155,6 +155,14 @@ class Batch:
     ids: list[int]
     text: str
     """The messages as `[role]: text` lines; empty when none of them is the user's."""
+    more: list[str] = field(default_factory=list)
+    """A message longer than one call is read in parts: `text` is the first, these the
+    rest (each its own call); the message is marked once every part was read."""
+
+    @property
+    def texts(self) -> list[str]:
+        """Every text of the batch, one per model call."""
+        return [self.text, *self.more] if self.text else []
 
 
 def batches(
@@ -168,10 +176,11 @@ def batches(
     limits = summary_limits(deps.settings)
     out: list[Batch] = []
     while rows:
-        taken, text = take_batch(rows, limits, deps.counter)
+        taken, texts = take_segments(rows, limits, deps.counter)
         has_user = any(r["role"] == "user" for r in taken)
         ids = [r["id"] for r in taken]
-        out.append(Batch(owner_id, conversation_id, ids, text if has_user else ""))
+        first, *more = texts if has_user else [""]
+        out.append(Batch(owner_id, conversation_id, ids, first, more))
         rows = rows[len(taken) :]
     return out
 
@@ -208,6 +217,8 @@ async def extract_batch(deps: GraphDeps, batch: Batch) -> int:
     if not batch.text:
         return await store_and_mark(deps, batch, [], batch.ids)
     keys = await deps.memory.fact_keys(batch.owner_id, deps.settings.max_facts)
+    if batch.more:
+        return await _extract_parts(deps, batch, keys)
     try:
         facts = await _ask_facts(deps, batch, keys)
     except CutAnswer as exc:
@@ -218,6 +229,25 @@ async def extract_batch(deps: GraphDeps, batch: Batch) -> int:
             raise
         return await _recover(deps, batch, [], exc)
     return await store_and_mark(deps, batch, facts, batch.ids)
+
+
+async def _extract_parts(deps: GraphDeps, batch: Batch, keys: list[str]) -> int:
+    """Extract facts from one long message read in parts (map), merged by key (reduce);
+    stored and marked once every part was read. A part cut at the cap keeps its complete
+    facts; a part the model refuses gives none (logged); other errors propagate."""
+    found: list[dict[str, Any]] = []
+    for i, text in enumerate(batch.texts, 1):
+        part = Batch(batch.owner_id, batch.conversation_id, batch.ids, text)
+        try:
+            found += await _ask_facts(deps, part, keys)
+        except CutAnswer as exc:
+            found += reuse_known_keys(read_facts(complete_items(exc.text)), keys)
+        except Exception as exc:
+            if not is_refusal(exc):
+                raise
+            log_failure(logger, f"fact extraction of part {i} of message {batch.ids}", exc)
+    merged = {f["key"]: f for f in found}  # a later part says the newer thing
+    return await store_and_mark(deps, batch, list(merged.values()), batch.ids)
 
 
 async def _ask_facts(deps: GraphDeps, batch: Batch, keys: list[str]) -> list[dict[str, Any]]:

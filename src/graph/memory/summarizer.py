@@ -1,12 +1,18 @@
-"""Fold messages that left working memory into the running summary, incrementally.
+"""Fold messages into the running summary before they leave the window (seed 002).
 
-Overflow is every unsummarized message older than the working window: the last
-`MAX_CONTEXT` messages, and of those only the newest that fit the working-memory budget
-(so a message too big to be shown is summarized rather than silently lost). Each call
-reads only the previous summary and a bounded batch of overflow (seed 002's incremental
-summarization), and the stored summary is cut to its budget on a sentence boundary, so
-the summarizer's input does not grow with the conversation. Typed facts are extracted
-from the batch first (src/graph/facts.py).
+Each fold reads only the previous summary and a bounded batch of due messages (see
+`window.due`), so the summarizer's input does not grow with the conversation. Nothing is
+marked summarized unless its content survived:
+- a message longer than a call's share is read whole, in parts, each part a call that
+  extends the summary the previous part made; the messages are marked once the last
+  part is folded;
+- a summary over its budget (or cut at the output cap) is asked for again, shorter; if
+  it is still too long, its oldest part is cut, never its newest;
+- the stored summary and the marks commit together, guarded: a fold whose summary or
+  messages changed since it read them (another process folded them, /forget) commits
+  nothing;
+- a message the memory model refuses (a 4xx: content filter, too large) is found by
+  halving the batch and folded as a placeholder, with one warning.
 """
 
 from __future__ import annotations
@@ -20,19 +26,25 @@ from langchain_core.messages import HumanMessage, SystemMessage
 
 from src.config import Settings
 from src.graph import prompts
-from src.graph.context.budget import Layers, truncate_text
+from src.graph.context.budget import Layers, split_text, truncate_start
 from src.graph.context.render import row_tokens, transcript_line
-from src.graph.context.working import group_units, select_recent
 from src.graph.deps import GraphDeps
-from src.graph.output_caps import summary_tokens, with_output_cap
+from src.graph.memory.errors import is_refusal
+from src.graph.memory.window import LAG_FACTOR, WindowRule, due, window_size
+from src.graph.model_calls import call_config
+from src.graph.output_caps import summary_tokens, was_cut, with_output_cap
 from src.graph.tokens import TokenCounter
 
 logger = logging.getLogger(__name__)
 
-# Batches folded per call at most: catches up after a backlog without running for long.
+# Folds per run at most: catches up after a backlog without running for long.
 MAX_ROUNDS = 3
 # Tokens of the summarizer's own instructions, reserved out of its model's input budget.
 PROMPT_RESERVE = 600
+# What stands in the summary for a message the memory model refused.
+REFUSED_PLACEHOLDER = "[a message the memory model refused]"
+
+Row = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -43,113 +55,262 @@ class SummaryLimits:
     """Longest stored summary: two thirds of the summary layer (the rest is for
     previous conversations)."""
     batch: int
-    """Most tokens of overflow in one call."""
-    message: int
-    """Most tokens of one message in a batch."""
+    """Most tokens of messages in one call: messages are read whole, one longer than
+    this in parts."""
     working: int
-    """Working memory of the chat model when the other layers are full: what fits there
-    is not overflow."""
+    """Working memory of the chat model when the other layers are full."""
 
 
-def summary_limits(settings: Settings, reserve: int = 0) -> SummaryLimits:
-    """Return the summarizer's limits; `reserve` is what the chat model's tools take."""
-    chat = Layers.for_model(settings, settings.llm_model, reserve)
+def summary_limits(settings: Settings, reserve: int = 0, model: str | None = None) -> SummaryLimits:
+    """Return the summarizer's limits for the chat model `model` (default LLM_MODEL);
+    `reserve` is what the chat model's tools take."""
+    chat = Layers.for_model(settings, model or settings.llm_model, reserve)
     summary = max(64, chat.summary * 2 // 3)
     room = Layers.for_model(settings, settings.effective_summary_model).total
     batch = max(256, min(chat.working, room - summary - PROMPT_RESERVE))
     # What working memory holds even when the other layers use their whole shares.
     working = max(0, min(chat.working, chat.total - chat.system - chat.facts - chat.summary))
-    return SummaryLimits(summary, batch, max(64, batch // 4), working)
+    return SummaryLimits(summary, batch, working)
 
 
-def overflow_batch_cap(trigger: int) -> int:
-    """Return the most overflow messages one summarizer call takes."""
-    return max(3 * trigger, 30)
-
-
-async def find_overflow(
-    deps: GraphDeps, conversation_id: uuid.UUID, reserve: int = 0
-) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-    """Return the conversation and its unsummarized overflow, in thread order (bounded)."""
-    conv = await deps.conversations.get_conversation(conversation_id)
-    if conv is None:
-        return None, []
-    settings = deps.settings
-    window = await deps.conversations.load_last_messages(conversation_id, settings.max_context)
-    window = [r for r in window if not r["summarized"]]
-    limits = summary_limits(settings, reserve)
-    kept = select_recent(group_units(window), limits.working, lambda r: row_tokens(r, deps.counter))
-    rows = await deps.conversations.unsummarized(
-        conversation_id, overflow_batch_cap(settings.summary_trigger)
+def window_rule(settings: Settings, size: int, limits: SummaryLimits) -> WindowRule:
+    """Return the window rule of a conversation whose window holds `size` messages."""
+    return WindowRule(
+        size, limits.working, settings.summary_trigger, settings.window_step, settings.max_context
     )
-    if kept:
-        # Compare thread positions, not ids: a compression's summary row has a new id
-        # but stands where the range it replaced stood (seed 003).
-        first = kept[0][0]
-        boundary = (first["created_at"], first["id"])
-        return conv, [r for r in rows if (r["created_at"], r["id"]) < boundary]
-    if not window:
-        return conv, []
-    # Nothing of the window fits its budget: all of it, and what precedes it, overflows.
-    last = (window[-1]["created_at"], window[-1]["id"])
-    return conv, [r for r in rows if (r["created_at"], r["id"]) <= last]
 
 
-def take_batch(
-    overflow: list[dict[str, Any]], limits: SummaryLimits, counter: TokenCounter
-) -> tuple[list[dict[str, Any]], str]:
-    """Return the oldest overflow messages that fit one call, and their text."""
+def row_lines(row: Row, limits: SummaryLimits, counter: TokenCounter) -> list[str]:
+    """Return a message as the summarizer reads it: one `[role]: text` line, or, when it
+    is longer than a batch, several lines marked `(part i/n)` that together hold it all."""
+    whole = transcript_line(row, 10**9, counter)
+    if counter.count(whole) <= limits.batch:
+        return [whole]
+    label, _, text = whole.partition("]: ")
+    parts = split_text(text, max(32, limits.batch - 32), counter)
+    return [f"{label}]: (part {i}/{len(parts)}) {part}" for i, part in enumerate(parts, 1)]
+
+
+def take_segments(
+    rows: list[Row], limits: SummaryLimits, counter: TokenCounter
+) -> tuple[list[Row], list[str]]:
+    """Return the oldest rows that make one fold, and its texts (one per model call).
+
+    Whole messages up to a batch's tokens; a longer message alone, in as many parts as
+    it takes (each part its own call).
+    """
+    taken: list[Row] = []
+    segments: list[str] = []
     lines: list[str] = []
     used = 0
-    for row in overflow:
-        line = transcript_line(row, limits.message, counter)
-        cost = counter.count(line) + 1
-        if lines and used + cost > limits.batch:
+    for row in rows:
+        parts = row_lines(row, limits, counter)
+        cost = sum(counter.count(p) + 1 for p in parts)
+        if taken and (len(parts) > 1 or used + cost > limits.batch):
             break
-        lines.append(line)
+        taken.append(row)
+        if len(parts) > 1:
+            return taken, parts
+        lines.extend(parts)
         used += cost
-    return overflow[: len(lines)], "\n".join(lines)
+    if lines:
+        segments.append("\n".join(lines))
+    return taken, segments
 
 
-async def update_summary(deps: GraphDeps, summary: str, conversation: str) -> str:
-    """Return the running summary extended with `conversation`, cut to its budget."""
-    limits = summary_limits(deps.settings)
+async def _ask_summary(
+    deps: GraphDeps, prompt: str, cap: int, owner: int | None
+) -> tuple[str, bool]:
+    """Ask the summary model; return its text and whether it was cut at the cap."""
+    model = with_output_cap(deps.summary_model, cap)
+    messages = [SystemMessage(prompts.SUMMARIZER_SYSTEM), HumanMessage(prompt)]
+    answer = await model.ainvoke(messages, call_config("summary", owner))
+    return answer.text.strip(), was_cut(answer)
+
+
+async def update_summary(
+    deps: GraphDeps,
+    summary: str,
+    conversation: str,
+    limits: SummaryLimits | None = None,
+    owner: int | None = None,
+) -> str:
+    """Return the running summary extended with `conversation`, within its budget.
+
+    Over the budget (or cut at the output cap), the model is asked once more for a
+    shorter one; still over, the oldest part is cut (on a sentence).
+    """
+    limits = limits or summary_limits(deps.settings)
     strategy = deps.settings.summary_strategy
+    # About 3 tokens a word: Russian words take two or more with most tokenizers.
+    words = max(20, limits.summary // 3)
     prompt = prompts.SUMMARY_PROMPT.format(
         instruction=prompts.SUMMARY_INSTRUCTIONS[strategy],
         summary=summary or "(empty)",
         conversation=conversation,
-        words=max(20, limits.summary // 2),
+        words=words,
     )
-    model = with_output_cap(deps.summary_model, summary_tokens(limits.summary))
-    answer = await model.ainvoke([SystemMessage(prompts.SUMMARIZER_SYSTEM), HumanMessage(prompt)])
-    text = answer.text.strip()
+    cap = summary_tokens(limits.summary)
+    text, cut = await _ask_summary(deps, prompt, cap, owner)
     if not text:
         raise ValueError("the summarizer returned an empty summary")
-    return truncate_text(text, limits.summary, deps.counter)
+    if cut or deps.counter.count(text) > limits.summary:
+        again = prompts.SUMMARY_SHORTER.format(words=max(15, words // 2), summary=text)
+        shorter, cut_again = await _ask_summary(deps, again, cap, owner)
+        if shorter and not cut_again and deps.counter.count(shorter) < deps.counter.count(text):
+            text = shorter
+        if deps.counter.count(text) > limits.summary:
+            logger.warning("summary over its budget after asking again: its oldest part is cut")
+            text = truncate_start(text, limits.summary, deps.counter)
+    return text
 
 
-async def summarize_overflow(deps: GraphDeps, conversation_id: uuid.UUID, reserve: int = 0) -> int:
-    """Extend the running summary when enough overflow gathered; return messages folded.
+async def _fold_texts(
+    deps: GraphDeps, summary: str, segments: list[str], limits: SummaryLimits, owner: int
+) -> str:
+    for segment in segments:
+        summary = await update_summary(deps, summary, segment, limits, owner)
+    return summary
 
-    A model error stops here with nothing marked, so the batch is retried on a later
-    turn. `reserve`: the tokens the chat model's tool schemas take from its input budget.
+
+async def fold_rows(
+    deps: GraphDeps,
+    conversation_id: uuid.UUID,
+    owner: int,
+    summary: str,
+    rows: list[Row],
+    limits: SummaryLimits,
+) -> tuple[str, int]:
+    """Fold `rows` (oldest first, all of them) into `summary` and commit; return the
+    stored summary and how many rows were marked (0: the guard found them changed).
+
+    A refusal is narrowed down by halves to the refused message, which is folded as a
+    placeholder; transient errors propagate with nothing more marked.
     """
-    limits = summary_limits(deps.settings, reserve)
+    folded = 0
+    while rows:
+        taken, segments = take_segments(rows, limits, deps.counter)
+        try:
+            text = await _fold_texts(deps, summary, segments, limits, owner)
+        except Exception as exc:
+            if not is_refusal(exc):
+                raise
+            summary, done = await _fold_refused(
+                deps, conversation_id, owner, summary, taken, limits
+            )
+            folded += done
+        else:
+            ids = [r["id"] for r in taken]
+            if not await deps.conversations.fold_summary(conversation_id, summary, text, ids):
+                logger.info(
+                    "fold of %s dropped: another fold or /forget came first", conversation_id
+                )
+                return summary, folded
+            summary, folded = text, folded + len(taken)
+        rows = rows[len(taken) :]
+    return summary, folded
+
+
+async def _fold_refused(
+    deps: GraphDeps,
+    conversation_id: uuid.UUID,
+    owner: int,
+    summary: str,
+    rows: list[Row],
+    limits: SummaryLimits,
+) -> tuple[str, int]:
+    """Fold rows one of which the model refused: by halves, the refused one as a
+    placeholder (or, refused even so, marked without changing the summary)."""
+    if len(rows) > 1:
+        half = len(rows) // 2
+        summary, first = await fold_rows(deps, conversation_id, owner, summary, rows[:half], limits)
+        summary, second = await fold_rows(
+            deps, conversation_id, owner, summary, rows[half:], limits
+        )
+        return summary, first + second
+    row = rows[0]
+    logger.warning(
+        "the summary model refused message %s of %s: folded as a placeholder",
+        row["id"],
+        conversation_id,
+    )
+    placeholder = f"[{row['role']}]: {REFUSED_PLACEHOLDER}"
+    try:
+        text = await update_summary(deps, summary, placeholder, limits, owner)
+    except Exception as exc:
+        if not is_refusal(exc):
+            raise
+        text = summary
+    if not await deps.conversations.fold_summary(conversation_id, summary, text, [row["id"]]):
+        return summary, 0
+    return text, 1
+
+
+async def window_rows(
+    deps: GraphDeps, owner: int, conversation_id: uuid.UUID
+) -> tuple[Row | None, int, list[Row]]:
+    """Return the conversation, its window size (seed 000) and its newest messages in
+    thread order: the window and what may lag before it, then older unsummarized ones."""
+    conversations = deps.conversations
+    conv = await conversations.get_conversation(conversation_id)
+    user = await deps.users.get(owner)
+    size = window_size(user["active_messages_count"] if user else None, deps.settings.max_context)
+    limit = deps.settings.max_context
+    rows = await conversations.load_last_messages(conversation_id, limit + 2)
+    older = await conversations.unsummarized(conversation_id, limit * (1 + LAG_FACTOR) + 2)
+    seen = {r["id"] for r in rows}
+    rows = [r for r in older if r["id"] not in seen] + rows
+    rows.sort(key=lambda r: (r["created_at"], r["id"]))
+    return conv, size, rows
+
+
+async def summarize_due(
+    deps: GraphDeps,
+    owner: int,
+    conversation_id: uuid.UUID,
+    model: str | None = None,
+    reserve: int = 0,
+) -> int:
+    """Fold what is due in the conversation's summary (see `window.due`); return how many
+    messages were folded. A transient model error propagates; what was folded stays."""
+    limits = summary_limits(deps.settings, reserve, model)
     folded = 0
     for _ in range(MAX_ROUNDS):
-        conv, overflow = await find_overflow(deps, conversation_id, reserve)
-        if conv is None or not overflow or len(overflow) < deps.settings.summary_trigger:
+        conv, size, rows = await window_rows(deps, owner, conversation_id)
+        if conv is None:
             break
-        batch, conversation = take_batch(overflow, limits, deps.counter)
-        text = await update_summary(deps, conv["summary"], conversation)
-        await deps.conversations.fold_into_summary(conversation_id, text, [r["id"] for r in batch])
-        folded += len(batch)
-        logger.info(
-            "summary of %s extended with %d messages (%d tokens in, %d chars out)",
-            conversation_id,
-            len(batch),
-            deps.counter.count(conversation),
-            len(text),
-        )
+        rule = window_rule(deps.settings, size, limits)
+        batch = due(rows, rule, lambda r: row_tokens(r, deps.counter))
+        if not batch:
+            break
+        _, done = await fold_rows(deps, conversation_id, owner, conv["summary"], batch, limits)
+        folded += done
+        if not done:
+            break
+        logger.info("summary of %s extended with %d messages", conversation_id, done)
     return folded
+
+
+async def fold_before(
+    deps: GraphDeps,
+    owner: int,
+    conversation_id: uuid.UUID,
+    before: Row,
+    model: str | None = None,
+    reserve: int = 0,
+) -> int:
+    """Fold every unsummarized message before the stored message `before` (in thread
+    order) now: the turn's own fold when its prompt cannot carry them. Return how many."""
+    limits = summary_limits(deps.settings, reserve, model)
+    bound = (before["created_at"], before["id"])
+    folded = 0
+    while True:
+        conv = await deps.conversations.get_conversation(conversation_id)
+        rows = await deps.conversations.unsummarized(conversation_id, 200)
+        rows = [r for r in rows if (r["created_at"], r["id"]) < bound]
+        if conv is None or not rows:
+            return folded
+        _, done = await fold_rows(deps, conversation_id, owner, conv["summary"], rows, limits)
+        if not done:
+            return folded
+        folded += done
