@@ -13,6 +13,7 @@ from langgraph.prebuilt import ToolNode
 from src.graph.conversation_state import ConversationState
 from src.graph.deps import GraphDeps
 from src.graph.frs.tools import make_frs_tools
+from src.graph.memory_nodes import MemoryNodes
 from src.graph.nodes import Nodes
 from src.graph.tools import make_memory_tools
 
@@ -41,14 +42,15 @@ def build_graph(deps: GraphDeps, checkpointer: BaseCheckpointSaver[Any] | None =
     """Compile the conversation graph over the injected dependencies."""
     tools = make_tools(deps)
     nodes = Nodes(deps, tools)
+    memory = MemoryNodes(deps, nodes.tool_tokens)
     builder = StateGraph(ConversationState)
     builder.add_node("build_context", nodes.build_context)
     builder.add_node("agent", nodes.agent)
     builder.add_node("tools", ToolNode(tools, handle_tool_errors=tool_error_message))
     builder.add_node("log_tools", nodes.log_tools)
     builder.add_node("save_response", nodes.save_response)
-    builder.add_node("extract_facts", nodes.extract_facts)
-    builder.add_node("summarize", nodes.summarize)
+    builder.add_node("summarize", memory.summarize)
+    builder.add_node("extract_facts", memory.extract_facts)
 
     builder.add_edge(START, "build_context")
     builder.add_edge("build_context", "agent")

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import openai
@@ -18,32 +16,25 @@ from langchain_core.messages import (
     AIMessageChunk,
     BaseMessage,
     HumanMessage,
-    RemoveMessage,
     ToolMessage,
     message_chunk_to_message,
 )
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.config import get_stream_writer
-from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.types import Command
 from psycopg_pool import PoolTimeout
 
 from src.graph import prompts
-from src.graph.context.assemble import build_context as assemble_context
-from src.graph.context.render import reply_text, row_tokens
+from src.graph.context.render import reply_text
 from src.graph.conversation_state import ConversationState
 from src.graph.deps import GraphDeps
-from src.graph.memory.errors import log_failure
-from src.graph.memory.facts import extract_pending
-from src.graph.memory.summarizer import fold_before, summarize_due, summary_limits, window_rule
-from src.graph.memory.window import LAG_FACTOR, carried, due, window_size
 from src.graph.output_caps import was_cut
 from src.graph.tokens import count_tools
+from src.graph.turn_context import TurnContext
 from src.lang import lang_of
 from src.storage.base import clean_json
 from src.storage.delivery_repo import Delivery
-from src.storage.turn_reads import read_turn
 
 logger = logging.getLogger(__name__)
 
@@ -79,38 +70,10 @@ class ModelFailure(RuntimeError):
 # timeouts and lost connections; not a refused request (4xx), which another model of the
 # same endpoint would most likely refuse too.
 TRANSIENT = (openai.InternalServerError, openai.APIConnectionError)
-# How long a turn whose prompt cannot carry every unsummarized message waits for the fold
-# it starts, and for one already under way, before it goes on and says what it left out.
-SYNC_FOLD_SECONDS = 10.0
-JOIN_FOLD_SECONDS = 1.0
-
-
-@dataclass
-class Built:
-    """The context a turn assembled, and what it found about its memory."""
-
-    messages: list[BaseMessage]
-    snapshot: list[dict[str, Any]]
-    tokens: int
-    missing: int
-    """Unsummarized messages the prompt could not carry."""
-    first_kept: Row | None
-    """The oldest stored message the prompt carries (else the current one)."""
-    summary_due: bool
-    facts_due: bool
 
 
 def _cap_fallback(language: str | None) -> str:
     return prompts.CAP_FALLBACK_REPLY[lang_of(language)]
-
-
-def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
-    out = dict(row)
-    if out.get("created_at") is not None:
-        out["created_at"] = out["created_at"].isoformat()
-    if out.get("conversation_id") is not None:
-        out["conversation_id"] = str(out["conversation_id"])
-    return out
 
 
 def _record(role: str, content: str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -171,16 +134,6 @@ def with_images(messages: list[BaseMessage], config: RunnableConfig) -> list[Bas
     ]
 
 
-def with_ids(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-    """Give the context's messages, just made for this turn, each an id (a compression
-    replaces them by id): its position, short and compressible, unlike a random id for
-    every message. Set in place: a copy of each cost 0.3 ms a turn."""
-    for i, message in enumerate(messages):
-        if not message.id:
-            message.id = f"c{i}"
-    return list(messages)
-
-
 def _turn_messages(state: ConversationState) -> list[BaseMessage]:
     """Return the messages the model and tools produced this turn (after the context)."""
     return list(state.get("messages") or [])
@@ -197,144 +150,13 @@ class Nodes:
         self._with_tools: dict[str, Any] = {}
         # Every request carries the tools' schemas: the context budget leaves room for them.
         self.tool_tokens = count_tools(tools, deps.counter)
+        self.context = TurnContext(deps, self.tool_tokens)
 
     async def build_context(
         self, state: ConversationState, config: RunnableConfig
     ) -> dict[str, Any]:
-        """Read the turn's memory in one round trip and assemble the model's context
-        within the token budget of the turn's model.
-
-        The request carries every message since /new (and not forgotten) that the
-        running summary has not folded (see src/graph/memory/window.py): when the
-        prompt cannot carry them all, the turn folds them itself first; if that fails
-        too, the request says how many it leaves out, and it is logged.
-        """
-        model = self._model_name(state, config)
-        built = await self._build(state, model)
-        if built.missing:
-            conversation_id = uuid.UUID(state["conversation_id"])
-            logger.warning(
-                "%d unsummarized messages of %s do not fit the prompt: folding them now",
-                built.missing,
-                conversation_id,
-            )
-            if await self._fold_now(state, model, built.first_kept):
-                built = await self._build(state, model)
-            if built.missing:
-                logger.error(
-                    "%d messages of %s are in neither the prompt nor the summary",
-                    built.missing,
-                    conversation_id,
-                )
-                notice = prompts.OMITTED_NOTE.format(count=built.missing)
-                built = await self._build(state, model, notice)
-        return {
-            "context": with_ids(built.messages),
-            "messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES)],
-            "thread": built.snapshot,
-            "context_tokens": built.tokens,
-            "tool_rounds": 0,
-            "model": model,
-            "summary_due": built.summary_due,
-            "facts_due": built.facts_due,
-        }
-
-    async def _build(self, state: ConversationState, model: str, notice: str = "") -> Built:
-        """Read the turn's memory and assemble the context (see `build_context`)."""
-        deps, settings = self.deps, self.deps.settings
-        user_id = state["user_id"]
-        conversation_id = uuid.UUID(state["conversation_id"])
-        async with deps.conversations.pool.connection() as conn:
-            reads = await read_turn(
-                conn,
-                user_id,
-                conversation_id,
-                # The current message and the window; what lags before it comes with
-                # the unsummarized ones (usually fewer than the window).
-                messages=settings.max_context + 1,
-                lag=settings.max_context * (1 + LAG_FACTOR) + 1,
-                facts_every=settings.facts_every,
-                # Twice the prompt's share: the objective filter may leave some out.
-                facts=2 * settings.max_facts_in_prompt,
-                # Every compact is of an ended session: earlier conversations, and
-                # earlier sessions of this one that ended by silence.
-                compacts=settings.compacts_in_prompt,
-            )
-        user, current = reads.user, state.get("input_message_id")
-        count = user["active_messages_count"] if user else None
-        # Seed 000 counts the window before the current message is stored; storing it
-        # counted it already.
-        size = window_size(None if count is None else count - 1, settings.max_context)
-        seen = {r["id"] for r in reads.messages}
-        rows = [r for r in reads.unsummarized if r["id"] not in seen] + reads.messages
-        rows.sort(key=lambda r: (r["created_at"], r["id"]))
-        this = next((r for r in rows if r["id"] == current), None)
-        rows = [r for r in rows if r["id"] != current]
-        limits = summary_limits(settings, self.tool_tokens, model)
-        rule = window_rule(settings, size, limits)
-        history, hidden = carried(rows, rule)
-        conv = reads.conversation
-        values = dict(
-            state,
-            model=model,
-            history=[_jsonable(r) for r in history],
-            summary=conv["summary"] if conv else "",
-            facts=[_jsonable(f) for f in reads.facts],
-            compacts=[_jsonable(c) for c in reads.compacts],
-            notice=notice,
-        )
-        messages, snapshot, tokens = assemble_context(
-            values, settings, deps.counter, reserve=self.tool_tokens
-        )
-        shown = {e["id"] for e in snapshot}
-        left_out = [r for r in history if not r["summarized"] and r["id"] not in shown]
-        if len(reads.unsummarized) >= settings.max_context * (1 + LAG_FACTOR) + 1:
-            hidden = max(hidden, 1)  # more than was read: the prompt cannot carry them
-        kept = [r for r in history if r["id"] in shown]
-        # After the reply the thread holds the current message and at least the answer.
-        after = [*rows, {"id": current, "content": state["input_text"], "summarized": False}]
-        after.append({"id": None, "content": "", "summarized": True})
-        cost = functools.partial(row_tokens, counter=deps.counter)
-        return Built(
-            messages=messages,
-            snapshot=snapshot,
-            tokens=tokens,
-            missing=hidden + len(left_out),
-            first_kept=kept[0] if kept else this,
-            summary_due=bool(due(after, rule, cost)),
-            facts_due=conv is not None and conv["facts_pending"] >= settings.facts_every,
-        )
-
-    async def _fold_now(self, state: ConversationState, model: str, before: Row | None) -> bool:
-        """Fold every unsummarized message before `before` (the oldest message the
-        prompt keeps, else the current one) now, within the model's timeout; say
-        whether it ran."""
-        deps = self.deps
-        conversation_id = uuid.UUID(state["conversation_id"])
-        key = ("summary", conversation_id)
-        if before is None or deps.backoff.waiting(key):
-            return False
-        try:
-            running = deps.runs.running(key)
-            if running is not None:
-                # A fold under way (a slow model): a moment for it, not its whole time.
-                await asyncio.wait_for(asyncio.shield(running), JOIN_FOLD_SECONDS)
-            task = deps.runs.start(
-                key,
-                lambda: fold_before(
-                    deps, state["user_id"], conversation_id, before, model, self.tool_tokens
-                ),
-            )
-            # Not cancelled when the wait ends: it goes on and commits for a later turn.
-            wait = min(deps.settings.llm_timeout, SYNC_FOLD_SECONDS)
-            await asyncio.wait_for(asyncio.shield(task), wait)
-        except Exception as exc:
-            if not isinstance(exc, TimeoutError):
-                deps.backoff.failed(key)
-            log_failure(logger, f"folding the summary of {conversation_id} in the turn", exc)
-            return False
-        deps.backoff.succeeded(key)
-        return True
+        """Assemble the model's context (src/graph/turn_context.py)."""
+        return await self.context.node(state, self._model_name(state, config))
 
     async def agent(
         self, state: ConversationState, config: RunnableConfig
@@ -577,63 +399,3 @@ class Nodes:
         return await _answered(
             config, {"reply": shown, "stored_count": stored, "reply_stored": True}
         )
-
-    async def _within_budget(self, state: ConversationState, work: str) -> bool:
-        """Tell whether the owner's token budget lets the work after the reply call
-        models; if not, it waits (nothing marked: a later turn does it)."""
-        budget = self.deps.budget
-        if budget is None or await budget.allows(state["user_id"]):
-            return True
-        logger.info("%s of %s waits: over the token budget", work, state["user_id"])
-        return False
-
-    async def extract_facts(self, state: ConversationState) -> dict[str, Any]:
-        """Extract facts from the messages not extracted yet; a failure loses nothing."""
-        if not await self._within_budget(state, "fact extraction"):
-            return {"facts_learned": 0}
-        conversation_id = uuid.UUID(state["conversation_id"])
-        stored = await self._memory_work(
-            ("facts", conversation_id),
-            "fact extraction",
-            lambda: extract_pending(self.deps, state["user_id"], conversation_id),
-        )
-        return {"facts_learned": stored}
-
-    async def summarize(self, state: ConversationState) -> dict[str, Any]:
-        """Fold what is due into the running summary; a failure is logged, loses nothing."""
-        if not await self._within_budget(state, "summary"):
-            return {"summarized": 0}
-        conversation_id = uuid.UUID(state["conversation_id"])
-        model = state.get("model") or self.deps.settings.llm_model
-        folded = await self._memory_work(
-            ("summary", conversation_id),
-            "summary",
-            lambda: summarize_due(
-                self.deps, state["user_id"], conversation_id, model, self.tool_tokens
-            ),
-        )
-        return {"summarized": folded}
-
-    async def _memory_work(
-        self, key: tuple[str, uuid.UUID], what: str, work: Callable[[], Awaitable[int]]
-    ) -> int:
-        """Run memory work after the reply as the conversation's one run of that kind,
-        shielded: when the owner's next turn makes this turn give way, the work goes on
-        and commits instead of being cancelled and sent again (src/graph/memory/folds.py).
-        A transient failure backs off; nothing is marked that was not stored."""
-        deps = self.deps
-        if deps.backoff.waiting(key) and deps.runs.running(key) is None:
-            logger.info("%s of %s waits after a failure", what, key[1])
-            return 0
-
-        async def logged() -> int:
-            try:
-                done = await work()
-            except Exception as exc:
-                delay = deps.backoff.failed(key)
-                log_failure(logger, f"{what} of {key[1]} (next try in {delay:.0f} s)", exc)
-                return 0
-            deps.backoff.succeeded(key)
-            return done
-
-        return int(await asyncio.shield(deps.runs.start(key, logged)))

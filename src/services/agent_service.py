@@ -19,8 +19,9 @@ from psycopg_pool import PoolTimeout
 from src.graph.conversation_state import turn_input
 from src.graph.deps import GraphDeps
 from src.graph.frs.compress import build_compress_graph, run_compression
+from src.graph.memory.window import window_size
 from src.graph.model_calls import turn_metadata
-from src.graph.nodes import ModelFailure, window_size
+from src.graph.nodes import ModelFailure
 from src.graph.timestamps import stamp
 from src.services.embedding_worker import EmbeddingWorker
 from src.services.media import MediaTurn

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from src.config import Settings
-from src.graph.nodes import window_size
+from src.graph.memory.window import window_size
 from src.services.agent_service import stamp
 
 

@@ -32,8 +32,8 @@ from src.graph.frs.thread import protected_from
 from src.graph.frs.tools import make_frs_tools
 from src.graph.main_graph import tool_error_message
 from src.graph.model_calls import call_config
-from src.graph.nodes import with_ids
 from src.graph.tokens import count_messages
+from src.graph.turn_context import with_ids
 
 REQUESTED_BY = "user:/compress"
 MAX_FOCUS_CHARS = 500

@@ -29,6 +29,7 @@ from src.graph.frs.thread import (
     role_label,
     shown_keys,
 )
+from src.graph.memory.errors import log_failure
 from src.graph.memory.facts import extract_pending
 from src.storage.squash_repo import SquashConflict, SquashRepository
 
@@ -103,8 +104,8 @@ class FrsTools:
             await extract_pending(
                 self.deps, state["user_id"], uuid.UUID(state["conversation_id"]), only=ids
             )
-        except Exception:
-            logger.warning("fact extraction before a squash failed", exc_info=True)
+        except Exception as exc:
+            log_failure(logger, "fact extraction before a squash", exc)
 
     # --- the tools ----------------------------------------------------------------------
 

@@ -165,85 +165,72 @@ async def update_summary(
     return text
 
 
-async def _fold_texts(
-    deps: GraphDeps, summary: str, segments: list[str], limits: SummaryLimits, owner: int
-) -> str:
-    for segment in segments:
-        summary = await update_summary(deps, summary, segment, limits, owner)
-    return summary
+@dataclass(frozen=True)
+class Fold:
+    """Folding one conversation's messages into its running summary."""
 
+    deps: GraphDeps
+    conversation_id: uuid.UUID
+    owner: int
+    limits: SummaryLimits
 
-async def fold_rows(
-    deps: GraphDeps,
-    conversation_id: uuid.UUID,
-    owner: int,
-    summary: str,
-    rows: list[Row],
-    limits: SummaryLimits,
-) -> tuple[str, int]:
-    """Fold `rows` (oldest first, all of them) into `summary` and commit; return the
-    stored summary and how many rows were marked (0: the guard found them changed).
+    async def rows(self, summary: str, rows: list[Row]) -> tuple[str, int]:
+        """Fold `rows` (oldest first, all of them) into `summary` and commit; return the
+        stored summary and how many rows were marked (none more once the guard finds
+        them changed).
 
-    A refusal is narrowed down by halves to the refused message, which is folded as a
-    placeholder; transient errors propagate with nothing more marked.
-    """
-    folded = 0
-    while rows:
-        taken, segments = take_segments(rows, limits, deps.counter)
+        A refusal is narrowed down by halves to the refused message, which is folded as
+        a placeholder; transient errors propagate with nothing more marked.
+        """
+        folded = 0
+        while rows:
+            taken, segments = take_segments(rows, self.limits, self.deps.counter)
+            try:
+                text = summary
+                for segment in segments:
+                    text = await update_summary(self.deps, text, segment, self.limits, self.owner)
+            except Exception as exc:
+                if not is_refusal(exc):
+                    raise
+                summary, done = await self.refused(summary, taken)
+                folded += done
+            else:
+                if not await self.commit(summary, text, taken):
+                    return summary, folded
+                summary, folded = text, folded + len(taken)
+            rows = rows[len(taken) :]
+        return summary, folded
+
+    async def refused(self, summary: str, rows: list[Row]) -> tuple[str, int]:
+        """Fold rows one of which the model refused: by halves, the refused one as a
+        placeholder (or, refused even so, marked without changing the summary)."""
+        if len(rows) > 1:
+            half = len(rows) // 2
+            summary, first = await self.rows(summary, rows[:half])
+            summary, second = await self.rows(summary, rows[half:])
+            return summary, first + second
+        row = rows[0]
+        logger.warning(
+            "the summary model refused message %s of %s: folded as a placeholder",
+            row["id"],
+            self.conversation_id,
+        )
+        placeholder = f"[{row['role']}]: {REFUSED_PLACEHOLDER}"
         try:
-            text = await _fold_texts(deps, summary, segments, limits, owner)
+            text = await update_summary(self.deps, summary, placeholder, self.limits, self.owner)
         except Exception as exc:
             if not is_refusal(exc):
                 raise
-            summary, done = await _fold_refused(
-                deps, conversation_id, owner, summary, taken, limits
-            )
-            folded += done
-        else:
-            ids = [r["id"] for r in taken]
-            if not await deps.conversations.fold_summary(conversation_id, summary, text, ids):
-                logger.info(
-                    "fold of %s dropped: another fold or /forget came first", conversation_id
-                )
-                return summary, folded
-            summary, folded = text, folded + len(taken)
-        rows = rows[len(taken) :]
-    return summary, folded
+            text = summary
+        return (text, 1) if await self.commit(summary, text, rows) else (summary, 0)
 
-
-async def _fold_refused(
-    deps: GraphDeps,
-    conversation_id: uuid.UUID,
-    owner: int,
-    summary: str,
-    rows: list[Row],
-    limits: SummaryLimits,
-) -> tuple[str, int]:
-    """Fold rows one of which the model refused: by halves, the refused one as a
-    placeholder (or, refused even so, marked without changing the summary)."""
-    if len(rows) > 1:
-        half = len(rows) // 2
-        summary, first = await fold_rows(deps, conversation_id, owner, summary, rows[:half], limits)
-        summary, second = await fold_rows(
-            deps, conversation_id, owner, summary, rows[half:], limits
-        )
-        return summary, first + second
-    row = rows[0]
-    logger.warning(
-        "the summary model refused message %s of %s: folded as a placeholder",
-        row["id"],
-        conversation_id,
-    )
-    placeholder = f"[{row['role']}]: {REFUSED_PLACEHOLDER}"
-    try:
-        text = await update_summary(deps, summary, placeholder, limits, owner)
-    except Exception as exc:
-        if not is_refusal(exc):
-            raise
-        text = summary
-    if not await deps.conversations.fold_summary(conversation_id, summary, text, [row["id"]]):
-        return summary, 0
-    return text, 1
+    async def commit(self, old: str, new: str, rows: list[Row]) -> bool:
+        """Store the new summary with the rows' marks, guarded (see `fold_summary`)."""
+        ids = [r["id"] for r in rows]
+        if await self.deps.conversations.fold_summary(self.conversation_id, old, new, ids):
+            return True
+        logger.info("fold of %s dropped: another fold or /forget came first", self.conversation_id)
+        return False
 
 
 async def window_rows(
@@ -283,7 +270,7 @@ async def summarize_due(
         batch = due(rows, rule, lambda r: row_tokens(r, deps.counter))
         if not batch:
             break
-        _, done = await fold_rows(deps, conversation_id, owner, conv["summary"], batch, limits)
+        _, done = await Fold(deps, conversation_id, owner, limits).rows(conv["summary"], batch)
         folded += done
         if not done:
             break
@@ -310,7 +297,7 @@ async def fold_before(
         rows = [r for r in rows if (r["created_at"], r["id"]) < bound]
         if conv is None or not rows:
             return folded
-        _, done = await fold_rows(deps, conversation_id, owner, conv["summary"], rows, limits)
+        _, done = await Fold(deps, conversation_id, owner, limits).rows(conv["summary"], rows)
         if not done:
             return folded
         folded += done
