@@ -152,7 +152,14 @@ class TurnContext:
         rows = [r for r in rows if r["id"] != current]
         limits = summary_limits(settings, self.tool_tokens, model)
         rule = window_rule(settings, size, limits)
-        history, hidden = carried(rows, rule)
+        history, lagging, hidden = carried(rows, rule)
+        if lagging and not notice:
+            # Beyond seed 000's window: allowed only while the summary fails or lags.
+            logger.warning(
+                "summary of %s lags: %d messages beyond MAX_CONTEXT stay in the prompt",
+                conversation_id,
+                lagging,
+            )
         conv = reads.conversation
         values = dict(
             state,

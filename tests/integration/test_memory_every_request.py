@@ -279,3 +279,42 @@ async def test_the_opt_in_step_keeps_the_prefix_and_the_cap(runtime_factory: Any
     firsts = [message_text(r["messages"][1]) for r in requests[10:]]
     assert len(set(firsts)) <= len(firsts) // 2 + 1  # the start stays for two turns
     assert missing_at_each_request(llm, ledger) == []
+
+
+async def test_two_processes_never_fold_the_same_batch_twice(fresh_schema: str, llm: Any) -> None:
+    """Folds run outside the owner's turn lock: two instances that fold the same due
+    messages at once both ask the model, but only the first write stands."""
+    from src.graph.memory.summarizer import summarize_due
+    from src.services.factory import build_runtime
+    from src.storage.pg_client import make_pool
+    from tests.conftest import make_settings
+
+    ledger = Ledger()
+
+    async def slow(request: dict[str, Any]) -> str:
+        await asyncio.sleep(0.3)
+        return ledger.reply(request)
+
+    llm.default_for(MEMORY_MODEL, slow)
+    pools = [make_pool(fresh_schema, 1, 5) for _ in range(2)]
+    for p in pools:
+        await p.open()
+    settings = make_settings(llm, max_context=6, summary_trigger=2)
+    a, b = [await build_runtime(settings, pool=p) for p in pools]
+    try:
+        conv = await a.deps.conversations.get_or_create_conversation(7_488_888)
+        for i in range(1, 11):
+            await a.deps.conversations.append_message(conv, "user", f"u{i}")
+        folded = await asyncio.gather(
+            summarize_due(a.deps, 7_488_888, conv), summarize_due(b.deps, 7_488_888, conv)
+        )
+        stored = (await a.deps.conversations.get_conversation(conv))["summary"]
+        along = ledger.folded_along(stored)
+        assert sum(folded) == len(along) and max(along.values()) == 1, (folded, along)
+        rows = await a.deps.conversations.load_last_messages(conv, 20)
+        assert {r["content"] for r in rows if r["summarized"]} == set(along)
+    finally:
+        for rt in (a, b):
+            await rt.close()
+        for p in pools:
+            await p.close()

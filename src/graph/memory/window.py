@@ -102,15 +102,16 @@ def in_window(rows: Sequence[Row], rule: WindowRule) -> list[Row]:
     return stepped if len(stepped) >= rule.leave_at else last[-rule.leave_at :]
 
 
-def carried(rows: Sequence[Row], rule: WindowRule) -> tuple[list[Row], int]:
+def carried(rows: Sequence[Row], rule: WindowRule) -> tuple[list[Row], int, int]:
     """Return the rows a request carries (lagging unsummarized ones, then the window, in
-    thread order) and how many lagging rows were left out because there were too many."""
+    thread order), how many of them lag, and how many lagging rows were left out
+    because there were too many."""
     window = in_window(rows, rule)
     older = rows[: len(rows) - len(window)]
     lag = [r for r in older if not r.get("summarized")]
-    cap = rule.size * LAG_FACTOR
+    cap = rule.full * LAG_FACTOR
     shown_lag = lag[-cap:] if cap > 0 else []
-    return [*shown_lag, *window], len(lag) - len(shown_lag)
+    return [*shown_lag, *window], len(shown_lag), len(lag) - len(shown_lag)
 
 
 def due(rows: Sequence[Row], rule: WindowRule, cost: Cost) -> list[Row]:
