@@ -390,3 +390,21 @@ def test_a_rows_cost_is_that_of_the_message_the_model_reads() -> None:
             assert (
                 row_tokens(row, counter, prefix) == counter.count(rendered) + PER_MESSAGE_OVERHEAD
             )
+
+
+def test_scored_selection_keeps_what_the_summary_does_not_hold() -> None:
+    """Issue 30: the score chooses only among messages the summary holds already; a
+    message it has not folded is never left out for a better-scored one."""
+    from src.graph.context.working import select_scored
+
+    def row(i: int, text: str, summarized: bool) -> dict[str, Any]:
+        return {"id": i, "role": "user", "content": text, "summarized": summarized, "meta": {}}
+
+    units = [
+        [row(1, "error: the decision we agreed", True)],  # scores high, folded already
+        [row(2, "plain words", False)],
+        [row(3, "more plain words", False)],
+        [row(4, "latest", False)],
+    ]
+    kept = select_scored(units, budget=3, cost=lambda r: 1, pinned=1)
+    assert [u[0]["id"] for u in kept] == [2, 3, 4]

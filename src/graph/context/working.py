@@ -102,12 +102,20 @@ def select_scored(units: list[Unit], budget: int, cost: Cost, pinned: int = 2) -
     """Keep the best-scored units that fit in `budget`, in chronological order.
 
     The newest `pinned` units (normally the exchange the user is answering) come first
-    whatever their score: a reply to "yes, do that" needs what "that" was.
+    whatever their score: a reply to "yes, do that" needs what "that" was. Then every
+    unit the running summary does not hold yet (`summarized` false), newest first: the
+    score only chooses among what the summary keeps anyway.
     """
     costs = [sum(cost(r) for r in unit) for unit in units]
     order = list(range(len(units) - 1, max(-1, len(units) - 1 - pinned), -1))
+    unfolded = [
+        i
+        for i in range(len(units) - len(order) - 1, -1, -1)
+        if any(r.get("summarized") is False for r in units[i])
+    ]
+    order += unfolded
     rest = sorted(
-        range(len(units) - len(order)),
+        (i for i in range(len(units)) if i not in order),
         key=lambda i: (score_unit(units[i], i, len(units)), i),
         reverse=True,
     )
