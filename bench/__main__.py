@@ -1,4 +1,4 @@
-"""Run a benchmark: `python -m bench {storage,turns,recall,delivery,live,media} [options]`."""
+"""Run a benchmark: `python -m bench NAME [options]` (the names: `BENCHMARKS`)."""
 
 from __future__ import annotations
 
@@ -42,6 +42,12 @@ def _media(argv: Sequence[str]) -> int:
     return main(argv)
 
 
+def _memory(argv: Sequence[str]) -> int:
+    from bench.memory_load import main
+
+    return main(argv)
+
+
 BENCHMARKS: dict[str, Callable[[Sequence[str]], int]] = {
     "storage": _storage,
     "turns": _turns,
@@ -49,6 +55,7 @@ BENCHMARKS: dict[str, Callable[[Sequence[str]], int]] = {
     "delivery": _delivery,
     "live": _live,
     "media": _media,
+    "memory": _memory,
 }
 
 
