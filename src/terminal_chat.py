@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import getpass
 import sys
+from pathlib import Path
 from typing import Any, TextIO
 
 from src.config import Settings
@@ -13,9 +14,12 @@ from src.lang import terminal_lang
 from src.logging_setup import one_line_logs
 from src.services import local_model
 from src.services.agent_service import AgentService, Identity, TurnStream
+from src.services.erasure import CONFIRM_WORDS, erased_sentence
+from src.services.export import write_files
 from src.services.factory import build_runtime
 from src.services.llm_service import model_configured
 from src.services.texts import status_line, t
+from src.storage.memory_repo import fact_value
 
 EXIT_COMMANDS = frozenset({"/exit", "/quit", "/q"})
 
@@ -43,9 +47,12 @@ def _format_memory(report: dict[str, Any], lang: str) -> str:
     if report["summary"]:
         lines.append("summary: " + report["summary"])
     for fact in report["facts"]:
-        lines.append(
-            f"fact ({fact['type']}, {fact['importance']}): {fact['key']} = {fact['value']}"
-        )
+        line = f"fact ({fact['type']}, {fact['importance']}): {fact['key']} = "
+        line += fact_value(fact["value"])
+        if fact.get("previous_value"):
+            until = f"{fact['previous_until']:%Y-%m-%d}"
+            line += t("memory_was", lang, value=fact_value(fact["previous_value"]), date=until)
+        lines.append(line)
     for compact in report["compacts"]:
         lines.append(
             f"previous conversation {compact['created_at']:%Y-%m-%d}: {compact['summary']}"
@@ -71,13 +78,43 @@ async def answer_line(
     if command == "/mute":
         return t("unmuted" if await service.toggle_mute(identity) else "muted", lang)
     if command == "/memory":
-        if rest.strip() == "clear":
+        word, _, key = rest.strip().partition(" ")
+        if word == "clear":
             facts, compacts = await service.clear_memory(identity)
             return t("memory_cleared", lang, facts=facts, compacts=compacts)
+        if word == "forget":
+            return await forget_fact(service, identity, key)
         return _format_memory(await service.memory_report(identity), lang or "ru")
+    if command in ("/export", "/erase"):
+        return await own_data(service, identity, command, rest)
     if command.startswith("/") and len(command) > 1 and " " not in command:
         return t("unknown_command", lang)
     return (await service.handle_message(identity, line, stream=stream)).reply
+
+
+async def own_data(
+    service: AgentService, identity: Identity, command: str, rest: str, where: Path | None = None
+) -> str:
+    """/export: write everything kept about the user into files in `where` (default: the
+    working directory) and say where; /erase: ask to confirm; /erase yes: erase it all."""
+    lang = identity.language_code
+    if command == "/export":
+        paths = write_files(await service.export(identity), where or Path.cwd())
+        return t("export_written", lang, paths="\n".join(str(p) for p in paths))
+    if rest.strip().lower() not in CONFIRM_WORDS:
+        return t("erase_confirm_terminal", lang)
+    return erased_sentence(await service.erase(identity), lang)
+
+
+async def forget_fact(service: AgentService, identity: Identity, key: str) -> str:
+    """/memory forget KEY: delete one fact, as the bot's command does."""
+    lang = identity.language_code
+    if not key.strip():
+        return t("memory_forget_usage", lang)
+    forgotten = await service.forget_fact(identity, key)
+    if forgotten is None:
+        return t("memory_no_such_fact", lang, name=key.strip())
+    return t("memory_forgot", lang, name=forgotten)
 
 
 class Printer:

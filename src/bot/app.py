@@ -8,11 +8,12 @@ from typing import Any
 
 from telegram import BotCommand, BotCommandScopeDefault
 from telegram.error import TelegramError
-from telegram.ext import AIORateLimiter, Application, BaseRateLimiter
+from telegram.ext import AIORateLimiter, Application, BaseRateLimiter, CommandHandler
 from telegram.request import BaseRequest
 
 from src.bot import handlers
 from src.bot.commands import COMMANDS
+from src.bot.data_commands import DATA_COMMANDS
 from src.bot.jobs import schedule_jobs
 from src.bot.outbox import Outbox
 from src.bot.queue import UpdateWorker
@@ -80,13 +81,16 @@ def build_application(
         .build()
     )
     app.bot_data[BOT_DATA_KEY] = BotState.from_settings(settings, runtime)
+    # Before the others: their handler of unknown commands would take these.
+    for name, callback in DATA_COMMANDS.items():
+        app.add_handler(CommandHandler(name, callback))
     handlers.register(app)
     return app
 
 
 async def set_commands(app: App) -> None:
     """Publish the command menu (English by default, Russian for Russian speakers)."""
-    names = [n for n in COMMANDS if n != "start"]
+    names = [n for n in [*COMMANDS, *DATA_COMMANDS] if n != "start"]
     for code, lang in COMMAND_LANGUAGES.items():
         commands = [BotCommand(n, t(f"cmd_{n}", lang)) for n in names]
         try:

@@ -1,5 +1,5 @@
 """The bot's commands: /start, /help, /new, /forget, /mute, /memory, /compress, /stop,
-/model, /usage, and unknown ones."""
+/model, /usage, and unknown ones (/export and /erase: src/bot/data_commands.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from telegram.error import TelegramError
 from telegram.ext import ApplicationHandlerStop, ContextTypes
 
 from src.bot.chats import identity_of, is_anonymous_admin, is_private
-from src.bot.memory_view import render_memory
+from src.bot.memory_view import COMPACT, FACT, PAGE, memory_page, parse_press
 from src.bot.sending import reply_text, typing
 from src.bot.state import BotState, state_of
 from src.services.agent_service import Identity
@@ -30,6 +30,7 @@ logger = logging.getLogger(__name__)
 
 Context = ContextTypes.DEFAULT_TYPE
 CLEAR_WORDS = ("clear", "очистить")
+FORGET_WORDS = ("forget", "забыть", "забудь")
 # The /model buttons' data: "model:<position in the offered models>".
 MODEL_DATA = "model:"
 ALL_WORDS = ("all", "все", "всё")
@@ -118,18 +119,74 @@ async def cmd_mute(update: Update, context: Context) -> None:
 
 
 async def cmd_memory(update: Update, context: Context) -> None:
-    """/memory: what the bot keeps; /memory clear: delete facts and past conversations."""
+    """/memory: what the bot keeps, in pages with a delete button per item; /memory
+    forget KEY: delete one fact; /memory clear: delete facts and past conversations."""
     message, state = message_of(update), state_of(context)
     lang, identity = lang_of_message(message), identity_of(message)
+    word = context.args[0].lower() if context.args else ""
     async with state.order.hold(message.chat_id):
-        if context.args and context.args[0].lower() in CLEAR_WORDS:
+        if word in CLEAR_WORDS:
             if not await may_change_memory(message, context):
                 return
             facts, compacts = await state.service.clear_memory(identity)
             await say(message, t("memory_cleared", lang, facts=facts, compacts=compacts))
             return
-        report = await state.service.memory_report(identity)
-        await say(message, render_memory(report, lang))
+        if word in FORGET_WORDS:
+            await forget_fact(message, context, " ".join((context.args or [])[1:]))
+            return
+        page = memory_page(await state.service.memory_report(identity), lang)
+        await message.reply_text(
+            page.text, reply_markup=page.markup, do_quote=not is_private(message)
+        )
+
+
+async def forget_fact(message: Message, context: Context, key: str) -> None:
+    """/memory forget KEY: delete the fact the user names (in a group, an administrator)."""
+    lang = lang_of_message(message)
+    if not key.strip():
+        await say(message, t("memory_forget_usage", lang))
+        return
+    if not await may_change_memory(message, context):
+        return
+    forgotten = await state_of(context).service.forget_fact(identity_of(message), key)
+    if forgotten is None:
+        await say(message, t("memory_no_such_fact", lang, name=key.strip()))
+    else:
+        await say(message, t("memory_forgot", lang, name=forgotten))
+
+
+async def memory_pressed(state: BotState, bot: Bot, query: CallbackQuery) -> None:
+    """A press of a /memory button: turn the page, or delete the item (in a group, an
+    administrator only; a stranger's press is refused and changes nothing)."""
+    press, lang = parse_press(query.data), query.from_user.language_code
+    if press is None or query.message is None:
+        await query.answer()
+        return
+    identity = await pressing_owner(state, bot, query, admin=press.kind != PAGE)
+    if identity is None:
+        await query.answer(t("group_admins_only", lang))
+        return
+    note = None
+    if press.kind in (FACT, COMPACT):
+        note = await _delete_item(state, identity, press.kind, press.item_id)
+    page = memory_page(await state.service.memory_report(identity), lang, press.page)
+    await query.answer(note)
+    try:
+        await query.edit_message_text(page.text, reply_markup=page.markup)
+    except TelegramError as exc:  # "message is not modified": the same page again
+        logger.debug("could not show the /memory page: %s", exc)
+
+
+async def _delete_item(state: BotState, identity: Identity, kind: str, item_id: int) -> str:
+    """Delete the owner's fact or compact `item_id`; return what to tell the presser."""
+    lang = identity.language_code
+    if kind == COMPACT:
+        gone = await state.service.forget_compact(identity, item_id)
+        return t("memory_compact_forgot" if gone else "memory_gone", lang)
+    report = await state.service.memory_report(identity)
+    key = next((f["key"] for f in report["facts"] if f.get("id") == item_id), None)
+    forgotten = await state.service.forget_fact(identity, key) if key is not None else None
+    return t("memory_forgot", lang, name=forgotten) if forgotten else t("memory_gone", lang)
 
 
 async def cmd_compress(update: Update, context: Context) -> None:
@@ -229,6 +286,26 @@ def model_buttons(choices: list[str], current: str) -> InlineKeyboardMarkup:
     return InlineKeyboardMarkup(rows)
 
 
+async def pressing_owner(
+    state: BotState, bot: Bot, query: CallbackQuery, admin: bool = True
+) -> Identity | None:
+    """Return whose memory a button press acts on: the user's in a private chat, the
+    group's in a group; None when it changes a group's and the presser is not one of
+    its administrators (`admin`)."""
+    user, message = query.from_user, query.message
+    lang = user.language_code
+    if message is None:
+        return None
+    chat = message.chat
+    if chat.type == ChatType.PRIVATE:
+        return (
+            Identity(user.id, user.username, user.first_name, lang) if chat.id == user.id else None
+        )
+    if not admin or await state.group_admins.is_admin(bot, chat.id, user.id):
+        return Identity(chat.id, chat.username, chat.title, lang)
+    return None
+
+
 async def model_pressed(state: BotState, bot: Bot, query: CallbackQuery) -> None:
     """A press of a /model button: switch the chat's model (in a group, an administrator
     only) and mark the new choice."""
@@ -238,12 +315,8 @@ async def model_pressed(state: BotState, bot: Bot, query: CallbackQuery) -> None
     if message is None or not index.isdigit() or int(index) >= len(choices):
         await query.answer()
         return
-    chat = message.chat
-    if chat.type == ChatType.PRIVATE:
-        identity = Identity(user.id, user.username, user.first_name, lang)
-    elif await state.group_admins.is_admin(bot, chat.id, user.id):
-        identity = Identity(chat.id, chat.username, chat.title, lang)
-    else:
+    identity = await pressing_owner(state, bot, query)
+    if identity is None:
         await query.answer(t("group_admins_only", lang))
         return
     name = choices[int(index)]

@@ -22,9 +22,18 @@ from telegram import CallbackQuery, Message, Update
 from telegram.error import Conflict, InvalidToken, NetworkError, RetryAfter, TelegramError, TimedOut
 
 from src.bot.chats import command_name, is_anonymous_admin
-from src.bot.commands import MODEL_DATA, lang_of_message, model_pressed, request_stop, say
+from src.bot.commands import (
+    MODEL_DATA,
+    lang_of_message,
+    memory_pressed,
+    model_pressed,
+    request_stop,
+    say,
+)
+from src.bot.data_commands import ERASE_DATA, erase_pressed
 from src.bot.handlers import ACCEPT, IGNORE, Verdict, admission
 from src.bot.live import STOP_DATA
+from src.bot.memory_view import MEMORY_DATA
 from src.bot.queue import QUEUE, TASK
 from src.bot.state import BotState
 from src.services.texts import t
@@ -32,7 +41,7 @@ from src.services.texts import t
 logger = logging.getLogger(__name__)
 
 # Only what the handlers deal with; edits and channel posts are answered with silence, and
-# callback queries are the Stop button's presses.
+# callback queries are the presses of the Stop, /model and /memory buttons.
 ALLOWED_UPDATES = [
     "message",
     "edited_message",
@@ -127,7 +136,8 @@ class Receiver:
             logger.warning("/stop in chat %s failed", message.chat_id, exc_info=True)
 
     async def _pressed(self, query: CallbackQuery) -> None:
-        """A press of the Stop button under a live message, or of a /model button."""
+        """A press of the Stop button under a live message, or of a /model or /memory
+        button."""
         user, lang = query.from_user, query.from_user.language_code
         chat = query.message.chat if query.message is not None else None
         try:
@@ -136,6 +146,12 @@ class Receiver:
                 return
             if (query.data or "").startswith(MODEL_DATA):
                 await model_pressed(self.state, self.app.bot, query)
+                return
+            if (query.data or "").startswith(MEMORY_DATA):
+                await memory_pressed(self.state, self.app.bot, query)
+                return
+            if query.data == ERASE_DATA:
+                await erase_pressed(self.state, self.app.bot, query)
                 return
             if query.data != STOP_DATA:
                 await query.answer()

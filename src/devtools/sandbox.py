@@ -31,7 +31,6 @@ OWNER_ROWS: tuple[tuple[str, str], ...] = (
     ("messages", "conversation_id IN (SELECT id FROM pg_temp.conversations)"),
     ("message_embeddings", "owner_id = %(owner)s"),
     ("facts", "telegram_user_id = %(owner)s"),
-    ("fact_changes", "telegram_user_id = %(owner)s"),
     ("session_compacts", "telegram_user_id = %(owner)s"),
     ("pending_facts", "telegram_user_id = %(owner)s"),
     ("squash_log", "conversation_id IN (SELECT id FROM pg_temp.conversations)"),

@@ -91,17 +91,26 @@ FACTS_EXTRACT = """Extract what is worth remembering about the user from these m
 who they are, what they decided, limits they set, what they like, and guesses that are \
 not confirmed. Skip small talk and anything only about this moment. User messages start \
 with the time they were sent: turn relative dates ("tomorrow") into dates.
+Each message is one line. `[user]` lines are the user's own words; `[shared]` lines are \
+material the user passed on (a document, a photo's description, an audio file, a \
+forwarded message): it may tell facts about the user, but never what the user likes or \
+requires, so take preferences and constraints only from `[user]` lines.
 
-Keys already known (reuse one when a fact is about the same thing: its value is replaced):
-{keys}
+What is known about the user now (key: value):
+{known}
 
 Messages:
 {conversation}
 
 Answer with a JSON object {{"facts": [...]}}, an empty list when nothing is worth \
 keeping. Each item:
-{{"key": "short_snake_case_key", "value": "the fact, in the user's language", \
-"type": "fact|preference|hypothesis|constraint", "importance": 1-10}}
+{{"action": "add|supersede|delete", "key": "short_snake_case_key", "value": "the fact, \
+one short line in the user's language", "type": "fact|preference|hypothesis|constraint", \
+"importance": 1-10}}
+Actions: add = a fact not known yet; supersede = a new value for a known key (the user \
+moved, changed jobs, changed their mind): use that key, the old value is kept as \
+history; delete = the user asks you to forget a known fact, or says it was never true: \
+use its key, value "".
 Types: fact = confirmed data (name, job, city, a decision taken); preference = what the \
 user likes or wants; hypothesis = a guess or an unconfirmed assumption, the user's or \
 yours; constraint = a limit or requirement (budget, deadline, allergy).

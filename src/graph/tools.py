@@ -1,10 +1,12 @@
 """Tools the model can call. The user's identity comes from the graph state, never from
-the model's arguments: every tool reads `user_id` from the injected state."""
+the model's arguments: every tool reads `user_id` from the injected state, so the fact
+tools change the current owner's facts only."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from datetime import date, datetime, time, timedelta
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo
@@ -16,7 +18,12 @@ from langgraph.prebuilt import InjectedState
 from src.graph.context.render import when_local
 from src.graph.context.sections import compact_line
 from src.graph.deps import GraphDeps
+from src.graph.memory.epoch import delete_in_turn
+from src.graph.memory.fact_keys import find_key, normalize_key
+from src.graph.memory.facts import OWN_WORDS_TYPES, own_words
 from src.graph.timestamps import strip_stamp
+from src.storage.erasure_repo import FactKey
+from src.storage.memory_repo import fact_value
 from src.storage.search_repo import SemanticQuery, StopWordsOnly
 
 logger = logging.getLogger(__name__)
@@ -27,6 +34,13 @@ SEARCH_SNIPPET_CHARS = 500
 NEIGHBOUR_CHARS = 300
 # A query embedding that takes longer than this is given up: lexical search answers.
 QUERY_EMBED_SECONDS = 5.0
+# A fact the user asked to remember matters in most answers.
+TOOL_FACT_IMPORTANCE = 8
+# Known keys named back to the model when it asks to forget an unknown one.
+KEYS_SHOWN = 50
+
+State = Annotated[dict[str, Any], InjectedState]
+FactType = Literal["fact", "preference", "hypothesis", "constraint"]
 
 
 def format_compacts(rows: list[dict[str, Any]], deps: GraphDeps) -> str:
@@ -155,3 +169,68 @@ def make_memory_tools(deps: GraphDeps) -> list[BaseTool]:
         return format_found(rows, query, deps)
 
     return [recall_previous_conversations, search_history]
+
+
+async def said_by_user(deps: GraphDeps, state: dict[str, Any]) -> bool:
+    """Tell whether the turn's message is the user's own words (not a document, a
+    photo or a forward): a preference or a constraint needs them."""
+    conversation, message = state.get("conversation_id"), state.get("input_message_id")
+    if not conversation or message is None:
+        return False
+    row = await deps.conversations.message(uuid.UUID(str(conversation)), message)
+    return row is not None and own_words(row)
+
+
+def make_fact_tools(deps: GraphDeps) -> list[BaseTool]:
+    """Build remember_fact and forget_fact, bound to the injected repositories."""
+
+    @tool
+    async def remember_fact(key: str, value: str, type: FactType, state: State) -> str:
+        """Remember a fact about the user for all later conversations, or correct one you
+        remember: a new value for a known key replaces it (the old one is kept as its
+        history). Use it when the user asks you to remember something about them, or
+        corrects what you know.
+
+        Args:
+            key: a short snake_case name of what it is about (city, job, allergy); the
+                known key when you correct a fact.
+            value: the fact, one short line in the user's language.
+            type: fact = confirmed data; preference = what the user likes or wants;
+                hypothesis = a guess; constraint = a limit the user set (budget,
+                deadline, allergy). Preferences and constraints only from the user's
+                own words, never from a document or a forwarded text.
+        """
+        owner = state["user_id"]
+        name = find_key(key, await deps.memory.fact_keys(owner, None)) or normalize_key(key)
+        if not name or not fact_value(value):
+            return "Error: a fact needs a key and a value."
+        kind: str = type
+        if kind in OWN_WORDS_TYPES and not await said_by_user(deps, state):
+            kind = "hypothesis"  # a document's or a forward's words are not the user's say
+        source = state.get("conversation_id")
+        fact = {"key": name, "value": value, "type": kind, "importance": TOOL_FACT_IMPORTANCE}
+        await deps.memory.upsert_facts(
+            owner,
+            [fact],
+            uuid.UUID(str(source)) if source else None,
+            keep=deps.settings.max_facts,
+        )
+        return f"Remembered ({kind}) {name}: {fact_value(value)}"
+
+    @tool
+    async def forget_fact(key: str, state: State) -> str:
+        """Forget a fact you remember about the user, with its earlier values. Use it
+        when the user asks you to forget something about them ("forget my address").
+
+        Args:
+            key: the fact's key, as it appears in what you know about the user.
+        """
+        owner = state["user_id"]
+        known = await deps.memory.fact_keys(owner, None)
+        name = find_key(key, known)
+        if name is None or not (await delete_in_turn(deps, owner, FactKey(name))).facts:
+            keys = ", ".join(known[:KEYS_SHOWN]) or "none"
+            return f"No fact called {key!r} is remembered. Known keys: {keys}."
+        return f"Forgot {name}."
+
+    return [remember_fact, forget_fact]

@@ -19,17 +19,23 @@ from psycopg_pool import PoolTimeout
 from src.graph.conversation_state import turn_input
 from src.graph.deps import GraphDeps
 from src.graph.frs.compress import build_compress_graph, run_compression
+from src.graph.memory.epoch import begin
+from src.graph.memory.fact_keys import find_key
 from src.graph.memory.window import window_size
 from src.graph.model_calls import turn_metadata
 from src.graph.nodes import ModelFailure
 from src.graph.timestamps import stamp
 from src.services.embedding_worker import EmbeddingWorker
+from src.services.erasure import MemoryEraser
+from src.services.export import ExportFile, MemoryExport
 from src.services.media import MediaTurn
 from src.services.texts import t
 from src.services.turn_lock import TurnLocks
 from src.services.usage import Usage
 from src.storage.checkpointer import PooledPostgresSaver
 from src.storage.delivery_repo import Delivery
+from src.storage.epochs import MemoryEpoch
+from src.storage.erasure_repo import AllMemory, CompactId, Deleted, Erased, FactKey, Memory
 from src.storage.turn_reads import TurnStart, send_turn_start
 
 logger = logging.getLogger(__name__)
@@ -259,6 +265,9 @@ class AgentService:
         deps, lang = self.deps, identity.language_code
         now = deps.clock()
         model = self.model_of(start.user)
+        # The owner's memory epoch, read with the lease: memory work this turn starts
+        # stores nothing after a delete of memory that comes later (epoch.py).
+        work = begin(MemoryEpoch(identity.owner_id, start.user.get("memory_epoch")))
         # One checkout for all: each costs the pool's connection check.
         async with deps.conversations.pool.connection() as conn:
             conversation = start.conversation or await deps.conversations.current(
@@ -363,6 +372,8 @@ class AgentService:
         finally:
             if stream is not None and deps.stops.get(identity.owner_id) is stream.stop:
                 del deps.stops[identity.owner_id]
+            if work.deleted:  # a tool deleted memory: out of the turn's own records too
+                await asyncio.shield(self.eraser.after_turn(thread_id, work))
         logger.info(
             "turn user=%s conv=%s in=%d chars out=%d chars tools=%s tokens=%d/%d ctx=%d ms=%.1f",
             identity.owner_id,
@@ -564,19 +575,23 @@ class AgentService:
         return new_id
 
     async def forget(self, identity: Identity) -> None:
-        """/forget: empty context from now on, history kept, reminders off (seed 000)."""
+        """/forget: empty context from now on, history kept, reminders off (seed 000).
+
+        What it forgets makes nothing long-term either: the messages not summarized and
+        not fact-extracted yet are marked done without a model reading them (a password
+        said before /forget never becomes a fact).
+        """
         deps = self.deps
         await deps.users.get_or_create(
             identity.owner_id, identity.username, identity.first_name, identity.language_code
         )
         async with self.locks.hold(identity.owner_id):
             conversation_id = await deps.conversations.get_or_create_conversation(identity.owner_id)
-            if self.compactor is not None:
-                await self.compactor.learn_facts(identity.owner_id, conversation_id)
             async with deps.conversations.pool.connection() as conn, conn.transaction():
                 await deps.users.forget(identity.owner_id, conn=conn)
                 # The forgotten part is never summarized into later context either.
                 await deps.conversations.forget_summary(conversation_id, conn=conn)
+                await deps.conversations.skip_facts(conversation_id, conn=conn)
 
     async def toggle_mute(self, identity: Identity) -> bool:
         """/mute: flip reminders; return whether they are now on."""
@@ -588,7 +603,8 @@ class AgentService:
         return enabled
 
     async def memory_report(self, identity: Identity) -> dict[str, Any]:
-        """Return what is kept about the owner: window, summary, facts, past sessions."""
+        """Return what is kept about the owner: window, summary, every current fact
+        (with the value it replaced), past sessions."""
         deps = self.deps
         user = await deps.users.get(identity.owner_id)
         ids = await deps.conversations.conversation_ids(identity.owner_id)
@@ -600,7 +616,7 @@ class AgentService:
             ),
             "stored_messages": stored,
             "summary": conv["summary"] if conv else "",
-            "facts": await deps.memory.list_facts(identity.owner_id),
+            "facts": await deps.memory.facts_with_previous(identity.owner_id),
             "compacts": await deps.memory.list_compacts(
                 identity.owner_id, self.settings.max_compacts
             ),
@@ -728,8 +744,39 @@ class AgentService:
         )
         return result
 
+    async def forget_fact(self, identity: Identity, key: str) -> str | None:
+        """/memory forget KEY (and its button): delete, everywhere, the owner's fact the
+        user means by `key` ("City" is `city`) with its history; return its key, or None
+        when no current fact is called so."""
+        found = find_key(key, await self.deps.memory.fact_keys(identity.owner_id, None))
+        if found is None or not (await self.delete_memory(identity, FactKey(found))).facts:
+            return None
+        return found
+
+    async def forget_compact(self, identity: Identity, compact_id: int) -> bool:
+        """Delete, everywhere, one compact of the owner's previous conversations (its
+        /memory button); return whether there was one."""
+        return (await self.delete_memory(identity, CompactId(compact_id))).compacts > 0
+
+    @functools.cached_property
+    def eraser(self) -> MemoryEraser:
+        """Every delete of memory, and /erase (src/services/erasure.py)."""
+        return MemoryEraser(self.deps, self.locks, self.checkpointer)
+
+    async def delete_memory(self, identity: Identity, what: Memory) -> Deleted:
+        """Delete a fact, a compact or all memory of the owner, everywhere (erasure.py)."""
+        return await self.eraser.delete(identity.owner_id, what)
+
     async def clear_memory(self, identity: Identity) -> tuple[int, int]:
-        """/memory clear: delete the owner's facts and compacts; return how many."""
-        facts = await self.deps.memory.delete_facts(identity.owner_id)
-        compacts = await self.deps.memory.delete_compacts(identity.owner_id)
-        return facts, compacts
+        """/memory clear: delete the owner's facts (with their history) and compacts
+        everywhere; return how many."""
+        deleted = await self.delete_memory(identity, AllMemory())
+        return deleted.facts, deleted.compacts
+
+    async def erase(self, identity: Identity, current_update: int | None = None) -> Erased:
+        """/erase, confirmed: delete everything the bot keeps about the owner."""
+        return await self.eraser.erase(identity.owner_id, current_update)
+
+    async def export(self, identity: Identity) -> list[ExportFile]:
+        """/export: everything the bot keeps about the owner, as JSON and Markdown files."""
+        return await MemoryExport(self.deps).files(identity.owner_id, identity.language_code)

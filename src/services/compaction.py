@@ -32,6 +32,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 
 from src.graph import prompts
 from src.graph.deps import GraphDeps
+from src.graph.memory.epoch import epoch_now, started, working_from
 from src.graph.memory.errors import log_failure
 from src.graph.memory.facts import WIPE_READ_LIMIT, Batch, extract_batch, read_pending
 from src.graph.model_calls import call_config
@@ -47,6 +48,7 @@ from src.services.compacts import (
     read_session,
 )
 from src.services.pending_facts import PendingFacts
+from src.storage.epochs import still_holds
 
 __all__ = [
     "COMPACT_CHARS",
@@ -98,16 +100,23 @@ class Compactor:
     async def _save(
         self, session: Session, compact: Compact, replace: bool
     ) -> dict[str, Any] | None:
-        row = await self.deps.memory.add_compact(
-            session.owner_id,
-            session.conversation_id,
-            compact.summary,
-            compact.topics,
-            compact.last_action,
-            keep=self.deps.settings.max_compacts,
-            created_at=session.ended_at,
-            replace=replace,
-        )
+        """Store the session's compact, unless the owner's memory was deleted from since
+        the session end started (epoch.py): then it is dropped (None)."""
+        async with self.deps.conversations.pool.connection() as conn, conn.transaction():
+            if not await still_holds(conn, started(session.owner_id)):
+                logger.info("compact of %s dropped: memory was deleted meanwhile", session.owner_id)
+                return None
+            row = await self.deps.memory.add_compact(
+                session.owner_id,
+                session.conversation_id,
+                compact.summary,
+                compact.topics,
+                compact.last_action,
+                keep=self.deps.settings.max_compacts,
+                conn=conn,
+                created_at=session.ended_at,
+                replace=replace,
+            )
         logger.info(
             "compacted session of %s in %s (%d chars%s)",
             session.owner_id,
@@ -119,19 +128,23 @@ class Compactor:
 
     async def _replace(self, session: Session, asking: Awaitable[Compact | None]) -> None:
         """Replace the session's plain-text compact with the model's, when it comes; a
-        compact deleted meanwhile (/memory clear) stays deleted."""
+        compact deleted meanwhile (a delete of memory) stays deleted."""
         try:
             compact = await asking
             if compact is None:
                 return  # the plain text stays
-            row = await self.deps.memory.replace_compact(
-                session.owner_id,
-                session.conversation_id,
-                session.ended_at,
-                compact.summary,
-                compact.topics,
-                compact.last_action,
-            )
+            async with self.deps.conversations.pool.connection() as conn, conn.transaction():
+                row = None
+                if await still_holds(conn, started(session.owner_id)):
+                    row = await self.deps.memory.replace_compact(
+                        session.owner_id,
+                        session.conversation_id,
+                        session.ended_at,
+                        compact.summary,
+                        compact.topics,
+                        compact.last_action,
+                        conn=conn,
+                    )
         except Exception:
             logger.error("compaction of %s failed", session.conversation_id, exc_info=True)
             return
@@ -161,7 +174,19 @@ class Compactor:
         extracted yet are kept first (PendingFacts) and extracted from there, so a failing
         model loses none; a database error then propagates, and /new deletes nothing.
         An owner over their token budget gets the plain-text compact and no model call.
+        What it stores after a delete of the owner's memory that came meanwhile is
+        dropped (the epoch read here, see src/graph/memory/epoch.py).
         """
+        with working_from(await epoch_now(self.deps, owner_id)):
+            return await self._end_session(owner_id, conversation_id, until, keep_facts)
+
+    async def _end_session(
+        self,
+        owner_id: int,
+        conversation_id: uuid.UUID,
+        until: datetime | None,
+        keep_facts: bool,
+    ) -> dict[str, Any] | None:
         try:
             conv = await self.deps.conversations.get_conversation(conversation_id)
             until = until or (conv or {}).get("last_message_at")
@@ -224,6 +249,16 @@ class Compactor:
         (replacing it) and the session's facts come in the background once `after` (the
         turn) is done. Never raises for a model's failure.
         """
+        with working_from(await epoch_now(self.deps, owner_id)):
+            return await self._end_now(owner_id, conversation_id, until, after)
+
+    async def _end_now(
+        self,
+        owner_id: int,
+        conversation_id: uuid.UUID,
+        until: datetime,
+        after: asyncio.Future[Any] | None,
+    ) -> dict[str, Any] | None:
         try:
             session = await read_session(self.deps, owner_id, conversation_id, until)
         except Exception:
@@ -260,23 +295,6 @@ class Compactor:
         if session is not None:
             work.append(self._replace(session, self.ask(session)))
         await asyncio.gather(*work)
-
-    async def learn_facts(self, owner_id: int, conversation_id: uuid.UUID) -> None:
-        """Extract the facts pending in the conversation now, as a session end does.
-
-        For /forget: what the user said before it stays long-term memory, and is read
-        now rather than after, when the forgotten text should reach no model. Waits at
-        most `wait_seconds`; the rest goes on in the background.
-        """
-        try:
-            pending = await read_pending(
-                self.deps, owner_id, conversation_id, limit=WIPE_READ_LIMIT
-            )
-        except Exception:
-            logger.error("reading pending facts of %s failed", conversation_id, exc_info=True)
-            return
-        if pending and await self.allows(owner_id):
-            await asyncio.wait([self._spawn(self._extract(pending))], timeout=self.wait_seconds)
 
     async def allows(self, owner_id: int) -> bool:
         """Tell whether the owner's token budget lets their session end call models."""

@@ -18,16 +18,15 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from langchain_core.messages import HumanMessage, SystemMessage
-
-from src.graph import prompts
 from src.graph.deps import GraphDeps
+from src.graph.memory import facts as extraction
+from src.graph.memory.epoch import epoch_now
 from src.graph.memory.errors import is_refusal, log_failure
-from src.graph.memory.facts import FACTS_SCHEMA, Batch, read_facts, reuse_known_keys
+from src.graph.memory.facts import Batch
+from src.graph.memory.facts_salvage import store_facts
 from src.graph.memory.structured import CutAnswer
-from src.graph.model_calls import call_config
-from src.graph.output_caps import FACTS_TOKENS, with_output_cap
 from src.storage.base import Conn
+from src.storage.epochs import MemoryEpoch, still_holds
 from src.storage.pending_facts_repo import PendingFactsRepository
 
 logger = logging.getLogger(__name__)
@@ -47,20 +46,13 @@ async def ask_facts(
 
     A model error propagates; an unreadable answer (cut, or not JSON) gives no facts.
     """
-    keys = await deps.memory.fact_keys(owner_id, deps.settings.max_facts)
-    prompt = prompts.FACTS_EXTRACT.format(keys=", ".join(keys) or "(none yet)", conversation=text)
-    messages = [SystemMessage(prompts.FACTS_SYSTEM), HumanMessage(prompt)]
-    model = with_output_cap(deps.summary_model, FACTS_TOKENS)
-    config = call_config("facts", owner_id, conversation_id)
+    known = await deps.memory.list_facts(owner_id, deps.settings.max_facts)
     try:
-        data, raw = await deps.json_answers.ask(model, messages, FACTS_SCHEMA, config)
-    except CutAnswer as exc:
-        # As cut if asked again: unreadable, so logged below and the text done with.
-        data, raw = None, exc.text
-    facts = reuse_known_keys(read_facts(data), keys)
-    if not facts and raw.strip() not in ("[]", "{}", "") and data in (None, ""):
+        return await extraction.ask_facts(deps, owner_id, conversation_id, text, known)
+    except CutAnswer:
+        # As cut if asked again: unreadable, and the text done with.
         logger.warning("fact extraction for %s: no readable facts in the answer", owner_id)
-    return facts
+        return []
 
 
 class PendingFacts:
@@ -89,14 +81,16 @@ class PendingFacts:
         """Try the owner's texts due at `now`, oldest first; return the facts stored.
 
         A transient failure stops the try: the rest waits for its back-off, set when the
-        try began. A refused text is dropped and the next one tried.
+        try began. A refused text is dropped and the next one tried. Facts found after a
+        delete of the owner's memory that came since the try began are not stored.
         """
         now = now or self.deps.clock()
+        epoch = await epoch_now(self.deps, owner_id)
         rows = await self.repo.claim(owner_id, now, RETRY_BASE_SECONDS, RETRY_CAP_SECONDS)
         stored = 0
         for row in rows:
             try:
-                stored += await self._extract(row)
+                stored += await self._extract(row, epoch)
             except Exception as exc:
                 if not is_refusal(exc):
                     log_failure(logger, f"fact extraction from texts kept for {owner_id}", exc)
@@ -132,18 +126,20 @@ class PendingFacts:
         budget = self.deps.budget
         return budget is None or await budget.allows(owner_id)
 
-    async def _extract(self, row: dict[str, Any]) -> int:
-        """Ask for one kept text's facts; store them and delete the text in one transaction."""
+    async def _extract(self, row: dict[str, Any], epoch: MemoryEpoch | None = None) -> int:
+        """Ask for one kept text's facts; store them and delete the text in one transaction
+        (none while the owner's memory is not at `epoch` any more)."""
         deps, owner = self.deps, row["telegram_user_id"]
         source = row["source_conversation_id"]
         facts = await ask_facts(deps, owner, source, row["text"])
         async with deps.conversations.pool.connection() as conn, conn.transaction():
+            if not await still_holds(conn, epoch):
+                return 0  # memory deleted meanwhile (a delete of memory came since)
             if not await self.repo.delete(owner, row["id"], conn):
                 return 0  # deleted meanwhile (/memory clear): its facts are not wanted
             newer = set(await deps.memory.newer_fact_keys(owner, row["created_at"], source, conn))
             facts = [f for f in facts if f["key"] not in newer]
             if facts:
-                keep = deps.settings.max_facts
-                await deps.memory.upsert_facts(owner, facts, source, keep=keep, conn=conn)
+                await store_facts(deps, owner, facts, source, conn)
         logger.info("stored %d facts of %s from a kept text", len(facts), owner)
         return len(facts)

@@ -16,11 +16,14 @@ TEXTS: dict[str, dict[str, str]] = {
             "/new — начать новый разговор (текущий будет стёрт)\n"
             "/forget — начать с чистого листа, сохранив историю\n"
             "/mute — включить или выключить напоминания\n"
-            "/memory — что я о вас помню; /memory clear — забыть факты и прошлые беседы\n"
+            "/memory — что я о вас помню; /memory forget КЛЮЧ — забыть один факт; "
+            "/memory clear — забыть факты и прошлые беседы\n"
             "/compress — сжать старую часть разговора\n"
             "/stop — остановить ответ, который я сейчас пишу\n"
             "/model — выбрать модель, которая отвечает\n"
             "/usage — сколько токенов я потратил на вас; /usage all — все (администраторам)\n"
+            "/export — прислать файлом всё, что я о вас храню\n"
+            "/erase — стереть всё, что я о вас храню (спрошу подтверждение)\n"
             "/help — эта справка\n"
             "В группе /new, /forget, /memory clear и /compress — только для её администраторов."
         ),
@@ -81,7 +84,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "cmd_new": "начать новый разговор (текущий будет стёрт)",
         "cmd_forget": "начать с чистого листа, сохранив историю",
         "cmd_mute": "включить или выключить напоминания",
-        "cmd_memory": "что я помню; /memory clear — забыть факты и беседы",
+        "cmd_memory": "что я помню; /memory forget КЛЮЧ, /memory clear — забыть",
         "cmd_compress": "сжать старую часть разговора",
         "cmd_stop": "остановить ответ, который я пишу",
         "cmd_model": "выбрать модель, которая отвечает",
@@ -109,7 +112,16 @@ TEXTS: dict[str, dict[str, str]] = {
         "memory_no_compacts": "Прошлых бесед пока нет.",
         "memory_reminders_on": "Напоминания включены (/mute — выключить).",
         "memory_reminders_off": "Напоминания выключены (/mute — включить).",
-        "memory_hint": "/memory clear — забыть факты и прошлые беседы.",
+        "memory_hint": "🗑 N — забыть пункт N; /memory forget КЛЮЧ — забыть факт; "
+        "/memory clear — забыть все факты и прошлые беседы.",
+        "memory_was": " — раньше: {value}, до {date}",
+        "memory_page": "Что я помню, страница {page} из {pages}:",
+        "memory_pages": "Страница {page} из {pages}.",
+        "memory_forgot": "Забыл факт «{name}» и его прежние значения.",
+        "memory_no_such_fact": "Факта «{name}» я не помню. Ключи фактов — в /memory.",
+        "memory_forget_usage": "Какой факт забыть? /memory forget КЛЮЧ (ключи — в /memory).",
+        "memory_compact_forgot": "Забыл эту беседу.",
+        "memory_gone": "Этого я уже не помню.",
         "fact_type_preference": "предпочтение",
         "fact_type_hypothesis": "предположение",
         "fact_type_constraint": "ограничение",
@@ -154,6 +166,38 @@ TEXTS: dict[str, dict[str, str]] = {
         "usage_top_none": "никто",
         "usage_admins_only": "/usage all — только для администраторов бота.",
         "cmd_usage": "сколько токенов потрачено и во что это обошлось",
+        # /erase and /export (issue 31)
+        "cmd_erase": "стереть всё, что я о вас храню",
+        "cmd_export": "прислать файлом всё, что я о вас храню",
+        "erase_confirm": (
+            "Стереть всё, что я храню о вас в этом чате: все сообщения, сводки, факты "
+            "и их историю, прошлые беседы, записи запусков и настройки? Вернуть будет "
+            "нельзя. Нажмите кнопку или отправьте /erase yes."
+        ),
+        "erase_confirm_terminal": (
+            "Стереть всё, что я храню о вас: все сообщения, сводки, факты и их историю, "
+            "прошлые беседы, записи запусков и настройки? Вернуть будет нельзя. "
+            "Отправьте /erase yes, чтобы стереть."
+        ),
+        "erase_button": "Стереть всё",
+        "erased": "Готово: я стёр всё, что хранил о вас (сообщений: {messages}, фактов: "
+        "{facts}, прошлых бесед: {compacts}), и начну с чистого листа.",
+        "erase_failed": "Не получилось стереть данные. Попробуйте ещё раз чуть позже.",
+        "export_caption": "Всё, что я храню о вас: {name}",
+        "export_written": "Всё, что я храню о вас, записано в файлы:\n{paths}",
+        "export_failed": "Не получилось собрать выгрузку. Попробуйте ещё раз чуть позже.",
+        "export_md_title": "Всё, что tgagent хранит о вас",
+        "export_md_profile": "Профиль",
+        "export_md_facts": "Факты",
+        "export_md_was": "было: {value} (до {until})",
+        "export_md_compacts": "Прошлые беседы",
+        "export_md_conversations": "Разговоры",
+        "export_md_summary": "Сводка",
+        "export_md_squashed": "сжато",
+        "export_md_usage": "Расход токенов",
+        "export_md_usage_line": "{month}, {model}: вызовов {calls}, токенов {input_tokens} "
+        "на входе и {output_tokens} на выходе",
+        "export_md_none": "нет",
     },
     "en": {
         "greeting": (
@@ -166,11 +210,14 @@ TEXTS: dict[str, dict[str, str]] = {
             "/new — start a new conversation (the current one is erased)\n"
             "/forget — start from a clean slate, keeping the history\n"
             "/mute — turn reminders off or on\n"
-            "/memory — what I remember about you; /memory clear — forget facts and past chats\n"
+            "/memory — what I remember about you; /memory forget KEY — forget one fact; "
+            "/memory clear — forget facts and past chats\n"
             "/compress — compress the older part of the conversation\n"
             "/stop — stop the answer I am writing now\n"
             "/model — pick the model that answers\n"
             "/usage — the tokens I spent on you; /usage all — everyone's (for admins)\n"
+            "/export — send you a file of everything I keep about you\n"
+            "/erase — erase everything I keep about you (I ask first)\n"
             "/help — this help\n"
             "In a group, /new, /forget, /memory clear and /compress are for its administrators."
         ),
@@ -231,7 +278,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "cmd_new": "start a new conversation (the current one is erased)",
         "cmd_forget": "start from a clean slate, keeping the history",
         "cmd_mute": "turn reminders off or on",
-        "cmd_memory": "what I remember; /memory clear forgets facts and chats",
+        "cmd_memory": "what I remember; /memory forget KEY, /memory clear forget",
         "cmd_compress": "compress the older part of the conversation",
         "cmd_stop": "stop the answer I am writing",
         "cmd_model": "pick the model that answers",
@@ -258,7 +305,16 @@ TEXTS: dict[str, dict[str, str]] = {
         "memory_no_compacts": "No previous conversations yet.",
         "memory_reminders_on": "Reminders are on (/mute turns them off).",
         "memory_reminders_off": "Reminders are off (/mute turns them on).",
-        "memory_hint": "/memory clear forgets facts and previous conversations.",
+        "memory_hint": "🗑 N forgets item N; /memory forget KEY forgets a fact; "
+        "/memory clear forgets all facts and previous conversations.",
+        "memory_was": " — was {value} until {date}",
+        "memory_page": "What I remember, page {page} of {pages}:",
+        "memory_pages": "Page {page} of {pages}.",
+        "memory_forgot": "Forgot the fact {name} and its earlier values.",
+        "memory_no_such_fact": "I remember no fact called {name}. /memory lists the keys.",
+        "memory_forget_usage": "Which fact? /memory forget KEY (/memory lists the keys).",
+        "memory_compact_forgot": "Forgot that conversation.",
+        "memory_gone": "I no longer remember that.",
         "fact_type_preference": "preference",
         "fact_type_hypothesis": "hypothesis",
         "fact_type_constraint": "constraint",
@@ -303,6 +359,38 @@ TEXTS: dict[str, dict[str, str]] = {
         "usage_top_none": "nobody",
         "usage_admins_only": "/usage all is for the bot's administrators.",
         "cmd_usage": "tokens spent and what they cost",
+        # /erase and /export (issue 31)
+        "cmd_erase": "erase everything I keep about you",
+        "cmd_export": "send a file of everything I keep about you",
+        "erase_confirm": (
+            "Erase everything I keep about you in this chat: all messages, summaries, "
+            "facts and their history, previous conversations, run records and settings? "
+            "It cannot be undone. Press the button, or send /erase yes."
+        ),
+        "erase_confirm_terminal": (
+            "Erase everything I keep about you: all messages, summaries, facts and their "
+            "history, previous conversations, run records and settings? It cannot be "
+            "undone. Send /erase yes to erase it."
+        ),
+        "erase_button": "Erase everything",
+        "erased": "Done: I erased everything I kept about you ({messages} messages, "
+        "{facts} facts, {compacts} previous conversations) and start from a clean slate.",
+        "erase_failed": "Could not erase your data. Please try again a little later.",
+        "export_caption": "Everything I keep about you: {name}",
+        "export_written": "Everything I keep about you is written to:\n{paths}",
+        "export_failed": "Could not build the export. Please try again a little later.",
+        "export_md_title": "Everything tgagent keeps about you",
+        "export_md_profile": "Profile",
+        "export_md_facts": "Facts",
+        "export_md_was": "was: {value} (until {until})",
+        "export_md_compacts": "Previous conversations",
+        "export_md_conversations": "Conversations",
+        "export_md_summary": "Summary",
+        "export_md_squashed": "compressed",
+        "export_md_usage": "Tokens spent",
+        "export_md_usage_line": "{month}, {model}: {calls} calls, {input_tokens} tokens in "
+        "and {output_tokens} out",
+        "export_md_none": "none",
     },
 }
 

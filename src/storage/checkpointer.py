@@ -716,6 +716,14 @@ class PooledPostgresSaver(AsyncPostgresSaver):
         self._latest.pop(str(thread_id), None)
         await super().adelete_thread(thread_id)
 
+    async def settle(self, thread_id: str) -> None:
+        """Write what this process still holds of the thread, and forget the last
+        checkpoint it kept in memory: its stored record is about to be redacted or
+        deleted (src/storage/checkpoint_redaction.py), and must be read again."""
+        await self.flush(thread_id)
+        self._latest.pop(str(thread_id), None)
+        self._confirmed.pop(str(thread_id), None)
+
     def confirm_latest(self, thread_id: str, checkpoint_id: str | None) -> None:
         """Tell the saver the id of the thread's last checkpoint, just read in another
         round trip (a turn reads it with its lease: SELECT_OWNERS_LATEST_ID): the thread's

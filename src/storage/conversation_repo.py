@@ -12,6 +12,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from src.storage.base import Conn, Repository, clean_json, clean_text
+from src.storage.epochs import MemoryEpoch, still_holds
 
 ROLES = frozenset({"user", "assistant", "tool", "system"})
 
@@ -84,6 +85,10 @@ UPDATE messages SET summarized = true WHERE conversation_id = %s AND NOT summari
 """
 MARK_FACTS_EXTRACTED = """
 UPDATE messages SET facts_extracted = true WHERE conversation_id = %s AND id = ANY(%s)
+"""
+# /forget: what it forgets makes no facts either.
+MARK_ALL_FACTS_EXTRACTED = """
+UPDATE messages SET facts_extracted = true WHERE conversation_id = %s AND NOT facts_extracted
 """
 END_CONVERSATION = "UPDATE conversations SET ended_at = now() WHERE id = %s AND ended_at IS NULL"
 # Oldest first, in thread order; both use their partial index, so the cost is the
@@ -277,13 +282,18 @@ class ConversationRepository(Repository):
         new: str,
         message_ids: list[int],
         conn: Conn | None = None,
+        epoch: MemoryEpoch | None = None,
     ) -> bool:
         """Store `new` as the running summary and mark the messages it folded, if the
-        stored summary is still `old` and none of the messages was folded or squashed
-        meanwhile; else change nothing. Return whether it was stored."""
+        stored summary is still `old`, none of the messages was folded or squashed
+        meanwhile and the owner's memory is still at `epoch` (when given: no delete of
+        memory came since the fold started); else change nothing. Return whether it
+        was stored."""
         async with self._conn(conn) as c, c.transaction():
+            # The conversation's row first, then the owner's (epochs.py): as storing a
+            # message locks them.
             cur = await c.execute(SET_SUMMARY_IF, (clean_text(new), conversation_id, old))
-            if await cur.fetchone() is not None:
+            if await cur.fetchone() is not None and await still_holds(c, epoch):
                 cur = await c.execute(
                     MARK_UNSUMMARIZED_SUMMARIZED, (conversation_id, list(message_ids))
                 )
@@ -304,6 +314,12 @@ class ConversationRepository(Repository):
         """Record that facts were extracted from these messages."""
         async with self._conn(conn) as c:
             await c.execute(MARK_FACTS_EXTRACTED, (conversation_id, list(message_ids)))
+
+    async def skip_facts(self, conversation_id: uuid.UUID, conn: Conn | None = None) -> int:
+        """Mark every message facts were not extracted from as done, without extracting
+        them; return how many."""
+        async with self._conn(conn) as c:
+            return (await c.execute(MARK_ALL_FACTS_EXTRACTED, (conversation_id,))).rowcount
 
     async def end_conversation(self, conversation_id: uuid.UUID, conn: Conn | None = None) -> None:
         """Mark the conversation ended (its session was compacted)."""

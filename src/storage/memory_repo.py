@@ -14,52 +14,88 @@ from typing import Any
 from src.storage.base import Conn, Repository, clean_text
 
 FACT_TYPES = ("fact", "preference", "hypothesis", "constraint")
+# A fact's value is one line of at most this many characters (fact_value).
+FACT_VALUE_CHARS = 200
+FACT_KEY_CHARS = 64
+# Closed values kept per key: the history /memory shows, bounded.
+HISTORY_PER_KEY = 5
+# A changed value and a concurrent writer: the upsert is tried again this many times.
+UPSERT_TRIES = 3
 
-# One statement: the old value is read before the upsert (same snapshot), and a change
-# is logged only when the value differs.
-UPSERT_FACT = """
-WITH old AS (
-    SELECT value FROM facts WHERE telegram_user_id = %(user)s AND key = %(key)s
-), up AS (
-    INSERT INTO facts (telegram_user_id, key, value, type, importance, source_conversation_id)
-    VALUES (%(user)s, %(key)s, %(value)s, %(type)s, %(importance)s, %(source)s)
-    ON CONFLICT (telegram_user_id, key) DO UPDATE SET
-        previous_value = CASE WHEN facts.value IS DISTINCT FROM EXCLUDED.value
-                              THEN facts.value ELSE facts.previous_value END,
-        value = EXCLUDED.value,
-        type = EXCLUDED.type,
-        importance = EXCLUDED.importance,
-        source_conversation_id = EXCLUDED.source_conversation_id,
-        updated_at = now()
-    RETURNING *
-), logged AS (
-    INSERT INTO fact_changes (telegram_user_id, key, old_value, new_value, source_conversation_id)
-    SELECT %(user)s, %(key)s, old.value, up.value, %(source)s FROM old, up
-    WHERE old.value IS DISTINCT FROM up.value
-)
-SELECT * FROM up
+# Facts with a history (0017): a row is one value of a key, current while valid_to is
+# NULL. A changed value closes the current row; the new one is inserted beside it.
+CLOSE_CHANGED_FACT = """
+UPDATE facts SET valid_to = now(), updated_at = now()
+WHERE telegram_user_id = %(user)s AND key = %(key)s AND valid_to IS NULL
+  AND value <> %(value)s
+"""
+# The current row: inserted, or confirmed when it holds the same value. Nothing comes
+# back when a concurrent writer made another value current meanwhile (tried again).
+UPSERT_CURRENT_FACT = """
+INSERT INTO facts (telegram_user_id, key, value, type, importance, source_conversation_id)
+VALUES (%(user)s, %(key)s, %(value)s, %(type)s, %(importance)s, %(source)s)
+ON CONFLICT (telegram_user_id, key) WHERE valid_to IS NULL DO UPDATE SET
+    type = EXCLUDED.type,
+    importance = EXCLUDED.importance,
+    source_conversation_id = EXCLUDED.source_conversation_id,
+    updated_at = now()
+WHERE facts.value = EXCLUDED.value
+RETURNING *
 """
 SELECT_FACTS = """
-SELECT * FROM facts WHERE telegram_user_id = %s
+SELECT * FROM facts WHERE telegram_user_id = %s AND valid_to IS NULL
 ORDER BY importance DESC, updated_at DESC, id DESC LIMIT %s
+"""
+# The current facts with the value each replaced and when (/memory); LIMIT NULL: all.
+SELECT_FACTS_WITH_PREVIOUS = """
+SELECT f.*, p.value AS previous_value, p.valid_to AS previous_until
+FROM facts f
+LEFT JOIN LATERAL (
+    SELECT h.value, h.valid_to FROM facts h
+    WHERE h.telegram_user_id = f.telegram_user_id AND h.key = f.key
+      AND h.valid_to IS NOT NULL
+    ORDER BY h.valid_to DESC, h.id DESC LIMIT 1
+) p ON true
+WHERE f.telegram_user_id = %s AND f.valid_to IS NULL
+ORDER BY f.importance DESC, f.updated_at DESC, f.id DESC LIMIT %s
 """
 SELECT_FACT_KEYS = """
-SELECT key FROM facts WHERE telegram_user_id = %s
+SELECT key FROM facts WHERE telegram_user_id = %s AND valid_to IS NULL
 ORDER BY importance DESC, updated_at DESC, id DESC LIMIT %s
 """
+# Each closed value with the value that replaced it (a value begins as the one before
+# it ends: one transaction closes one and inserts the other).
 SELECT_FACT_CHANGES = """
-SELECT * FROM fact_changes WHERE telegram_user_id = %s
-ORDER BY changed_at DESC, id DESC LIMIT %s
+SELECT h.id, h.telegram_user_id, h.key, h.value AS old_value, n.value AS new_value,
+       n.source_conversation_id, h.valid_to AS changed_at
+FROM facts h
+JOIN LATERAL (
+    SELECT value, source_conversation_id FROM facts n
+    WHERE n.telegram_user_id = h.telegram_user_id AND n.key = h.key
+      AND n.id <> h.id AND n.created_at >= h.valid_to
+    ORDER BY n.created_at, n.id LIMIT 1
+) n ON true
+WHERE h.telegram_user_id = %s AND h.valid_to IS NOT NULL
+ORDER BY h.valid_to DESC, h.id DESC LIMIT %s
 """
-DELETE_FACTS = "DELETE FROM facts WHERE telegram_user_id = %s"
-# MAX_FACTS: keep the most important facts, the most recently confirmed first among equals.
+DELETE_FACTS = "DELETE FROM facts WHERE telegram_user_id = %s RETURNING valid_to"
+# MAX_FACTS: keep the most important current facts, the most recently confirmed first
+# among equals; a key that goes takes its history with it. Each key keeps its
+# HISTORY_PER_KEY newest closed values.
 PRUNE_FACTS = """
-DELETE FROM facts WHERE telegram_user_id = %s AND id NOT IN (
-    SELECT id FROM facts WHERE telegram_user_id = %s
-    ORDER BY importance DESC, updated_at DESC, id DESC LIMIT %s
+DELETE FROM facts WHERE telegram_user_id = %s AND key IN (
+    SELECT key FROM facts WHERE telegram_user_id = %s AND valid_to IS NULL
+    ORDER BY importance DESC, updated_at DESC, id DESC OFFSET %s
 )
 """
-DELETE_FACT_CHANGES = "DELETE FROM fact_changes WHERE telegram_user_id = %s"
+PRUNE_HISTORY = """
+DELETE FROM facts WHERE id IN (
+    SELECT id FROM (
+        SELECT id, row_number() OVER (PARTITION BY key ORDER BY valid_to DESC, id DESC) AS n
+        FROM facts WHERE telegram_user_id = %s AND valid_to IS NOT NULL
+    ) h WHERE n > %s
+)
+"""
 # Texts kept at /new for their facts (0016): deleted first, so a try in flight either
 # finds its text gone or has committed its facts before they are deleted.
 DELETE_PENDING_FACTS = "DELETE FROM pending_facts WHERE telegram_user_id = %s"
@@ -67,7 +103,8 @@ DELETE_PENDING_FACTS = "DELETE FROM pending_facts WHERE telegram_user_id = %s"
 # kept at `since`, whose facts must not replace them.
 SELECT_NEWER_FACT_KEYS = """
 SELECT key FROM facts
-WHERE telegram_user_id = %s AND updated_at > %s AND source_conversation_id IS DISTINCT FROM %s
+WHERE telegram_user_id = %s AND valid_to IS NULL AND updated_at > %s
+  AND source_conversation_id IS DISTINCT FROM %s
 """
 
 INSERT_COMPACT = """
@@ -118,6 +155,23 @@ ORDER BY last_message_at, id LIMIT %s
 MARK_SESSION_ENDED = "UPDATE conversations SET ended_at = %s WHERE id = %s"
 
 
+def fact_value(text: Any) -> str:
+    """Return a fact's value as it is stored and shown: storable, one line, whitespace
+    collapsed, at most FACT_VALUE_CHARS characters (cut between words, ending in "…")."""
+    line = " ".join(clean_text(str(text)).split())
+    if len(line) <= FACT_VALUE_CHARS:
+        return line
+    head = line[: FACT_VALUE_CHARS - 1]
+    if " " in head[FACT_VALUE_CHARS // 2 :]:
+        head = head.rsplit(" ", 1)[0]
+    return head.rstrip() + "…"
+
+
+def fact_key(text: Any) -> str:
+    """Return a fact's key as it is stored: storable, one line, at most FACT_KEY_CHARS."""
+    return " ".join(clean_text(str(text)).split())[:FACT_KEY_CHARS]
+
+
 def _compact_fields(
     summary: str, topics: Sequence[str], last_action: str
 ) -> tuple[str, list[str], str]:
@@ -144,21 +198,27 @@ class MemoryRepository(Repository):
         source_conversation_id: uuid.UUID | None = None,
         conn: Conn | None = None,
     ) -> dict[str, Any]:
-        """Store a fact; a newer value for the same key replaces the old one (logged)."""
+        """Store a fact as its key's current value (`fact_value`); a changed value closes
+        the old one, which stays as the key's history. Return the current row."""
         if type_ not in FACT_TYPES:
             raise ValueError(f"fact type must be one of {FACT_TYPES}, not {type_!r}")
         params = {
             "user": telegram_user_id,
-            "key": clean_text(key.strip())[:200],
-            "value": clean_text(value.strip())[:2000],
+            "key": fact_key(key),
+            "value": fact_value(value),
             "type": type_,
             "importance": max(1, min(10, int(importance))),
             "source": source_conversation_id,
         }
-        async with self._conn(conn) as c:
-            row = await (await c.execute(UPSERT_FACT, params)).fetchone()
-            assert row is not None
-            return row
+        if not params["key"] or not params["value"]:
+            raise ValueError("a fact needs a key and a value")
+        async with self._conn(conn) as c, c.transaction():
+            for _ in range(UPSERT_TRIES):
+                await c.execute(CLOSE_CHANGED_FACT, params)
+                row = await (await c.execute(UPSERT_CURRENT_FACT, params)).fetchone()
+                if row is not None:
+                    return row
+        raise RuntimeError(f"the fact {key!r} of {telegram_user_id} kept changing meanwhile")
 
     async def upsert_facts(
         self,
@@ -168,9 +228,11 @@ class MemoryRepository(Repository):
         keep: int = 0,
         conn: Conn | None = None,
     ) -> int:
-        """Store extracted facts (key, value, type, importance) in one transaction.
+        """Store extracted facts (key, value, type, importance) in one transaction; return
+        how many. (A delete of a fact goes through src/storage/erasure_repo.py.)
 
-        With `keep` > 0, only the user's `keep` most important facts remain afterwards.
+        With `keep` > 0, only the user's `keep` most important facts remain afterwards;
+        each key keeps its HISTORY_PER_KEY newest old values.
         """
         stored = 0
         async with self._conn(conn) as c, c.transaction():
@@ -187,20 +249,30 @@ class MemoryRepository(Repository):
                 stored += 1
             if keep > 0:
                 await c.execute(PRUNE_FACTS, (telegram_user_id, telegram_user_id, keep))
+            await c.execute(PRUNE_HISTORY, (telegram_user_id, HISTORY_PER_KEY))
         return stored
 
     async def list_facts(
         self, telegram_user_id: int, limit: int = 100, conn: Conn | None = None
     ) -> list[dict[str, Any]]:
-        """Return the user's facts, most important first (then the newest)."""
+        """Return the user's current facts, most important first (then the newest)."""
         async with self._conn(conn) as c:
             cur = await c.execute(SELECT_FACTS, (telegram_user_id, limit))
             return list(await cur.fetchall())
 
+    async def facts_with_previous(
+        self, telegram_user_id: int, limit: int | None = None, conn: Conn | None = None
+    ) -> list[dict[str, Any]]:
+        """Return the user's current facts (all, or `limit`), most important first, each
+        with the value it replaced (`previous_value`) and until when (`previous_until`)."""
+        async with self._conn(conn) as c:
+            cur = await c.execute(SELECT_FACTS_WITH_PREVIOUS, (telegram_user_id, limit))
+            return list(await cur.fetchall())
+
     async def fact_keys(
-        self, telegram_user_id: int, limit: int = 100, conn: Conn | None = None
+        self, telegram_user_id: int, limit: int | None = 100, conn: Conn | None = None
     ) -> list[str]:
-        """Return the keys of the user's most important facts."""
+        """Return the keys of the user's most important current facts (None: all)."""
         async with self._conn(conn) as c:
             cur = await c.execute(SELECT_FACT_KEYS, (telegram_user_id, limit))
             return [row["key"] for row in await cur.fetchall()]
@@ -208,7 +280,8 @@ class MemoryRepository(Repository):
     async def fact_changes(
         self, telegram_user_id: int, limit: int = 50, conn: Conn | None = None
     ) -> list[dict[str, Any]]:
-        """Return the latest changes of the user's facts, newest first."""
+        """Return the latest changes of the user's facts, newest first: each old value
+        (`old_value`) with the one that replaced it (`new_value`) and when."""
         async with self._conn(conn) as c:
             cur = await c.execute(SELECT_FACT_CHANGES, (telegram_user_id, limit))
             return list(await cur.fetchall())
@@ -228,12 +301,12 @@ class MemoryRepository(Repository):
             return [row["key"] for row in await cur.fetchall()]
 
     async def delete_facts(self, telegram_user_id: int, conn: Conn | None = None) -> int:
-        """Delete all the user's facts, their change log and the texts kept for facts not
-        extracted yet; return how many facts."""
+        """Delete all the user's facts, their history and the texts kept for facts not
+        extracted yet; return how many current facts."""
         async with self._conn(conn) as c, c.transaction():
             await c.execute(DELETE_PENDING_FACTS, (telegram_user_id,))
-            await c.execute(DELETE_FACT_CHANGES, (telegram_user_id,))
-            return (await c.execute(DELETE_FACTS, (telegram_user_id,))).rowcount
+            cur = await c.execute(DELETE_FACTS, (telegram_user_id,))
+            return sum(row["valid_to"] is None for row in await cur.fetchall())
 
     # --- session compacts (seed 001) ---------------------------------------------------
 

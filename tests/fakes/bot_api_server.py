@@ -714,7 +714,8 @@ class FakeBotAPI(BackgroundAiohttpServer):
         elif request.can_read_body:
             for key, value in (await request.post()).items():
                 if isinstance(value, web.FileField):
-                    params[key] = {"filename": value.filename, "size": len(value.file.read())}
+                    data = value.file.read()
+                    params[key] = {"filename": value.filename, "size": len(data), "data": data}
                 else:
                     params[key] = _decode(key, str(value))
         return params

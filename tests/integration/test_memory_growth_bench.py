@@ -18,7 +18,7 @@ MAX_FACTS = 6
 def test_fake_model_answers_the_facts_prompt() -> None:
     lines = [f"[user]: {bench.user_text(t)}" for t in range(20, 24)]
     lines.insert(1, "[assistant]: Запомни: мой проект 00999 — код 00001.")
-    prompt = prompts.FACTS_EXTRACT.format(keys="(none yet)", conversation="\n".join(lines))
+    prompt = prompts.FACTS_EXTRACT.format(known="(none yet)", conversation="\n".join(lines))
     request = {
         "model": bench.SUMMARY,
         "messages": [

@@ -136,7 +136,7 @@ async def test_facts_extracted_merged_and_labelled(runtime_factory: Any, llm: An
         assert (await rt.service.handle_message(ANNA, text)).ok
         await rt.service.drain()
 
-    facts = {f["key"]: f for f in await rt.deps.memory.list_facts(ANNA.owner_id)}
+    facts = {f["key"]: f for f in await rt.deps.memory.facts_with_previous(ANNA.owner_id)}
     assert set(facts) == {"name", "city", "tea", "slow_service"}
     assert facts["city"]["value"] == "Казань" and facts["city"]["previous_value"] == "Самара"
     changes = await rt.deps.memory.fact_changes(ANNA.owner_id)

@@ -36,8 +36,8 @@ def test_memory_report_lists_every_layer() -> None:
     assert text.startswith(t("memory_title", "en"))
     assert t("memory_window", "en", window=30, stored=42) in text
     assert "Talked about tea." in text
-    assert "• name: Ann\n• drink: green tea (preference)" in text
-    assert "• 2026-01-02 Planned a trip. [travel, Rome]" in text
+    assert "1. name: Ann\n2. drink: green tea (preference)" in text
+    assert "3. 2026-01-02 Planned a trip. [travel, Rome]" in text
     assert t("memory_reminders_on", "en") in text and text.endswith(t("memory_hint", "en"))
 
 

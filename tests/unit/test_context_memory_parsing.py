@@ -65,6 +65,7 @@ def test_facts_repaired_item_by_item() -> None:
         "value": "jazz",
         "type": "preference",
         "importance": 10,
+        "action": "add",
     }
     assert facts["guess"]["type"] == "hypothesis" and facts["guess"]["importance"] == 5
     assert facts["list"]["value"] == '["a", "b"]'

@@ -20,6 +20,7 @@ from src.graph.context.budget import Layers, truncate_text
 from src.graph.context.render import when_local
 from src.graph.timestamps import strip_stamp
 from src.graph.tokens import TokenCounter
+from src.storage.memory_repo import fact_key, fact_value
 
 Row = dict[str, Any]
 
@@ -61,8 +62,9 @@ def needs_objectivity(text: str, mode: str) -> bool:
 
 
 def fact_line(fact: Row) -> str:
-    """Render one fact as `- [type] key: value` (plain facts carry no label)."""
-    return defuse(f"- {_TYPE_LABELS.get(fact['type'], '')}{fact['key']}: {fact['value']}")
+    """Render one fact as `- [type] key: value` on one line (plain facts carry no label)."""
+    label, key, value = _TYPE_LABELS.get(fact["type"], ""), fact_key(fact["key"]), fact["value"]
+    return defuse(f"- {label}{key}: {fact_value(value)}")
 
 
 def facts_sections(

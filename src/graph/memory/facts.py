@@ -2,19 +2,39 @@
 
 Facts are extracted from messages not extracted yet (`messages.facts_extracted`): after
 every FACTS_EVERY user messages (after the reply), before a squash replaces messages, at
-`/new` before the wipe, and when a session ends by silence. Each call reads only pending
-messages, in bounded batches. The summary model is asked for JSON through structured
-output where the endpoint supports it; anything else it may send (prose, code fences, a
-truncated array, wrong types) is tolerated: what can be read is kept, the rest dropped.
-Facts merge by key, with keys normalized so one fact does not pile up under new names,
-and at most MAX_FACTS are kept per user, by importance and recency.
+`/new` before the wipe, and when a session ends by silence (never at `/forget`: what it
+forgets makes no facts). Each call reads only pending messages, in bounded batches. The
+summary model is asked for JSON through structured output where the endpoint supports
+it; anything else it may send (prose, code fences, a truncated array, wrong types) is
+tolerated: what can be read is kept, the rest dropped. Facts merge by key, with keys
+normalized so one fact does not pile up under new names (fact_keys.py), and at most
+MAX_FACTS are kept per user, by importance and recency.
+
+Facts have a history (migration 0017). The extractor is shown the current `key: value`
+pairs and answers each item with an action: `add` a fact, `supersede` a known key's
+value (the old value stays as the key's history, closed), or `delete` a known key (the
+user asked to forget it: it goes with its history, as every delete of memory goes, see
+`facts_salvage.store_facts`). A value is one line of at most 200 characters
+(`memory_repo.fact_value`).
+
+Whose words: a preference or a constraint is the user's to state, so it needs the
+user's own words. The transcript the extractor reads puts each message on one line (its
+line breaks collapsed) and labels it: `[user]` for what the user typed or said in a
+voice note, `[shared]` for what they passed on (a document's text, a photo's
+description, an audio file, a message whose meta marks it `forwarded`; the bot does not
+mark forwards yet, so a forwarded text still reads as typed), `[assistant]` for the
+assistant (tool results never carry facts). So a line that starts with
+`[user]:` always starts a message in the user's own words, and no document can forge
+one. The prompt asks for preferences and constraints from `[user]` lines only, and the
+code holds to it where it can tell: from a batch without a `[user]` line, a preference
+or a constraint is stored as a hypothesis (`vet`), here and for the texts /new keeps;
+the remember_fact tool does the same for a turn whose message is not the user's words.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,12 +45,13 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from src.graph import prompts
 from src.graph.deps import GraphDeps
 from src.graph.memory.errors import is_refusal, log_failure
+from src.graph.memory.fact_keys import normalize_key, reuse_known_keys
 from src.graph.memory.facts_salvage import complete_items, settle, store_and_mark
 from src.graph.memory.structured import CutAnswer, load_json, object_schema
 from src.graph.memory.summarizer import summary_limits, take_segments
 from src.graph.model_calls import call_config
 from src.graph.output_caps import FACTS_TOKENS, with_output_cap
-from src.storage.memory_repo import FACT_TYPES
+from src.storage.memory_repo import FACT_TYPES, fact_value
 
 logger = logging.getLogger(__name__)
 
@@ -54,12 +75,29 @@ _TYPE_ALIASES = {
     "constraints": "constraint",
     "rule": "constraint",
 }
-_NOT_KEY = re.compile(r"[^\w]+")
-_POSSESSIVE = re.compile(r"['’]s\b")
-# Words that only say the fact is about the user: `user_name` and `name` are one key.
-_OWNER_WORDS = frozenset(
-    {"user", "users", "the", "my", "his", "her", "their", "пользователь", "пользователя", "мой"}
-)
+ACTIONS = ("add", "supersede", "delete")
+_ACTION_ALIASES = {
+    "new": "add",
+    "set": "add",
+    "insert": "add",
+    "create": "add",
+    "update": "supersede",
+    "replace": "supersede",
+    "change": "supersede",
+    "correct": "supersede",
+    "remove": "delete",
+    "forget": "delete",
+    "erase": "delete",
+    "drop": "delete",
+}
+# What only the user's own words may set (see the module's doc).
+OWN_WORDS_TYPES = frozenset({"preference", "constraint"})
+# Media whose text is the user's own words: what they said in a voice note.
+OWN_MEDIA = frozenset({"voice"})
+SHARED_ROLE = "shared"
+OWN_LINE = "[user]: "
+# The current facts shown to the extractor take at least this many tokens of its prompt.
+KNOWN_MIN_TOKENS = 256
 FACTS_SCHEMA = object_schema(
     "user_facts",
     "Durable facts about the user found in the messages.",
@@ -69,12 +107,13 @@ FACTS_SCHEMA = object_schema(
             "items": {
                 "type": "object",
                 "properties": {
+                    "action": {"type": "string", "enum": list(ACTIONS)},
                     "key": {"type": "string"},
                     "value": {"type": "string"},
                     "type": {"type": "string", "enum": list(FACT_TYPES)},
                     "importance": {"type": "integer"},
                 },
-                "required": ["key", "value", "type", "importance"],
+                "required": ["action", "key", "value", "type", "importance"],
                 "additionalProperties": False,
             },
         }
@@ -82,37 +121,21 @@ FACTS_SCHEMA = object_schema(
 )
 
 
-def normalize_key(key: Any) -> str:
-    """Return a fact key as `snake_case` (any script) without owner words, at most 64 chars."""
-    text = _POSSESSIVE.sub("", str(key).strip().lower())
-    words = [w for w in _NOT_KEY.sub("_", text).split("_") if w]
-    kept = [w for w in words if w not in _OWNER_WORDS] or words
-    return "_".join(kept)[:64]
-
-
-def key_signature(key: str) -> str:
-    """Return what two keys for the same thing share: words without plural `s`, in order."""
-    return "".join(w[:-1] if len(w) > 3 and w.endswith("s") else w for w in key.split("_"))
-
-
-def reuse_known_keys(facts: list[dict[str, Any]], known: Sequence[str]) -> list[dict[str, Any]]:
-    """Give each fact the known key of the same signature, so its value is replaced."""
-    by_signature = {key_signature(k): k for k in known}
-    for fact in facts:
-        fact["key"] = by_signature.get(key_signature(fact["key"]), fact["key"])
-    return facts
-
-
 def normalize_fact(item: Any) -> dict[str, Any] | None:
-    """Return a storable fact from one item of the model's answer, or None."""
+    """Return a storable fact (or a key to delete) from one item of the model's answer,
+    or None."""
     if not isinstance(item, dict):
         return None
     key = normalize_key(item.get("key") or item.get("name") or "")
+    action = str(item.get("action") or "add").strip().lower()
+    action = _ACTION_ALIASES.get(action, action)
+    if action not in ACTIONS:
+        action = "add"
     value = item.get("value")
     if value is None or isinstance(value, dict | list):
         value = json.dumps(value, ensure_ascii=False) if value else ""
-    value = str(value).strip()
-    if not key or not value:
+    value = fact_value(value)
+    if not key or not (value or action == "delete"):
         return None
     kind = str(item.get("type") or "fact").strip().lower()
     kind = _TYPE_ALIASES.get(kind, kind)
@@ -123,7 +146,7 @@ def normalize_fact(item: Any) -> dict[str, Any] | None:
     except (TypeError, ValueError):
         importance = 5
     importance = max(1, min(10, importance))
-    return {"key": key, "value": value[:2000], "type": kind, "importance": importance}
+    return {"key": key, "value": value, "type": kind, "importance": importance, "action": action}
 
 
 def read_facts(data: Any) -> list[dict[str, Any]]:
@@ -146,6 +169,74 @@ def parse_facts(text: str) -> list[dict[str, Any]]:
     return read_facts(load_json(text or ""))
 
 
+def own_words(row: dict[str, Any]) -> bool:
+    """Tell whether a stored message is the user's own words: typed or spoken (a voice
+    note), not a document, a photo, an audio file or a forwarded message."""
+    meta = row.get("meta") or {}
+    media = set(meta.get("media") or ())
+    return row["role"] == "user" and not meta.get("forwarded") and media <= OWN_MEDIA
+
+
+def as_read(row: dict[str, Any]) -> dict[str, Any]:
+    """Return a message as the extractor reads it: on one line, and labelled `shared`
+    when it is a user message but not the user's own words."""
+    lines = (" ".join(line.split()) for line in (row.get("content") or "").splitlines())
+    role = SHARED_ROLE if row["role"] == "user" and not own_words(row) else row["role"]
+    return {**row, "role": role, "content": " / ".join(line for line in lines if line)}
+
+
+def vet(facts: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+    """Return the facts found in `text`; without a line in the user's own words there,
+    preferences and constraints become hypotheses."""
+    if any(line.startswith(OWN_LINE) for line in text.splitlines()):
+        return facts
+    for fact in facts:
+        if fact["type"] in OWN_WORDS_TYPES:
+            fact["type"] = "hypothesis"
+    return facts
+
+
+def found(data: Any, text: str, keys: Sequence[str]) -> list[dict[str, Any]]:
+    """Return the facts of a parsed answer about `text`: known keys reused, vetted."""
+    return vet(reuse_known_keys(read_facts(data), keys), text)
+
+
+def known_facts(deps: GraphDeps, rows: list[dict[str, Any]]) -> str:
+    """Return the current facts as the extractor is shown them: `- key: value` lines,
+    most important first, within the summary's share of its prompt (a facts call
+    carries no summary)."""
+    budget = max(KNOWN_MIN_TOKENS, summary_limits(deps.settings).summary)
+    lines: list[str] = []
+    for row in rows:
+        line = f"- {row['key']}: {fact_value(row['value'])}"
+        budget -= deps.counter.count(line) + 1
+        if budget < 0:
+            break
+        lines.append(line)
+    return "\n".join(lines) or "(none yet)"
+
+
+async def ask_facts(
+    deps: GraphDeps,
+    owner_id: int,
+    conversation_id: uuid.UUID,
+    text: str,
+    known: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """Return the facts (with their actions) the summary model finds in `text`, shown the
+    owner's current facts `known` (most important first); CutAnswer when it was cut."""
+    keys = [row["key"] for row in known]
+    prompt = prompts.FACTS_EXTRACT.format(known=known_facts(deps, known), conversation=text)
+    messages = [SystemMessage(prompts.FACTS_SYSTEM), HumanMessage(prompt)]
+    model = with_output_cap(deps.summary_model, FACTS_TOKENS)
+    config = call_config("facts", owner_id, conversation_id)
+    data, raw = await deps.json_answers.ask(model, messages, FACTS_SCHEMA, config)
+    facts = found(data, text, keys)
+    if not facts and raw.strip() not in ("[]", "{}", "") and data in (None, ""):
+        logger.warning("fact extraction for %s: no readable facts in the answer", owner_id)
+    return facts
+
+
 @dataclass
 class Batch:
     """Pending messages of one conversation, as the text one extraction call reads."""
@@ -154,7 +245,8 @@ class Batch:
     conversation_id: uuid.UUID
     ids: list[int]
     text: str
-    """The messages as `[role]: text` lines; empty when none of them is the user's."""
+    """The messages as `[role]: text` lines, one per message (`as_read`); empty when
+    none of them is the user's."""
     more: list[str] = field(default_factory=list)
     """A message longer than one call is read in parts: `text` is the first, these the
     rest (each its own call); the message is marked once every part was read."""
@@ -174,10 +266,11 @@ def batches(
     assistant said alone says nothing new about the user.
     """
     limits = summary_limits(deps.settings)
+    rows = [as_read(row) for row in rows]
     out: list[Batch] = []
     while rows:
         taken, texts = take_segments(rows, limits, deps.counter)
-        has_user = any(r["role"] == "user" for r in taken)
+        has_user = any(r["role"] in ("user", SHARED_ROLE) for r in taken)
         ids = [r["id"] for r in taken]
         first, *more = texts if has_user else [""]
         out.append(Batch(owner_id, conversation_id, ids, first, more))
@@ -216,13 +309,13 @@ async def extract_batch(deps: GraphDeps, batch: Batch) -> int:
     """
     if not batch.text:
         return await store_and_mark(deps, batch, [], batch.ids)
-    keys = await deps.memory.fact_keys(batch.owner_id, deps.settings.max_facts)
+    known = await deps.memory.list_facts(batch.owner_id, deps.settings.max_facts)
     if batch.more:
-        return await _extract_parts(deps, batch, keys)
+        return await _extract_parts(deps, batch, known)
     try:
-        facts = await _ask_facts(deps, batch, keys)
+        facts = await ask_facts(deps, batch.owner_id, batch.conversation_id, batch.text, known)
     except CutAnswer as exc:
-        salvaged = reuse_known_keys(read_facts(complete_items(exc.text)), keys)
+        salvaged = found(complete_items(exc.text), batch.text, [r["key"] for r in known])
         return await _recover(deps, batch, salvaged, None)
     except Exception as exc:
         if not is_refusal(exc):
@@ -231,38 +324,23 @@ async def extract_batch(deps: GraphDeps, batch: Batch) -> int:
     return await store_and_mark(deps, batch, facts, batch.ids)
 
 
-async def _extract_parts(deps: GraphDeps, batch: Batch, keys: list[str]) -> int:
+async def _extract_parts(deps: GraphDeps, batch: Batch, known: list[dict[str, Any]]) -> int:
     """Extract facts from one long message read in parts (map), merged by key (reduce);
     stored and marked once every part was read. A part cut at the cap keeps its complete
     facts; a part the model refuses gives none (logged); other errors propagate."""
-    found: list[dict[str, Any]] = []
+    facts: list[dict[str, Any]] = []
+    keys = [row["key"] for row in known]
     for i, text in enumerate(batch.texts, 1):
-        part = Batch(batch.owner_id, batch.conversation_id, batch.ids, text)
         try:
-            found += await _ask_facts(deps, part, keys)
+            facts += await ask_facts(deps, batch.owner_id, batch.conversation_id, text, known)
         except CutAnswer as exc:
-            found += reuse_known_keys(read_facts(complete_items(exc.text)), keys)
+            facts += found(complete_items(exc.text), text, keys)
         except Exception as exc:
             if not is_refusal(exc):
                 raise
             log_failure(logger, f"fact extraction of part {i} of message {batch.ids}", exc)
-    merged = {f["key"]: f for f in found}  # a later part says the newer thing
+    merged = {f["key"]: f for f in facts}  # a later part says the newer thing
     return await store_and_mark(deps, batch, list(merged.values()), batch.ids)
-
-
-async def _ask_facts(deps: GraphDeps, batch: Batch, keys: list[str]) -> list[dict[str, Any]]:
-    """Return the facts the summary model finds in the batch (CutAnswer when cut)."""
-    prompt = prompts.FACTS_EXTRACT.format(
-        keys=", ".join(keys) or "(none yet)", conversation=batch.text
-    )
-    messages = [SystemMessage(prompts.FACTS_SYSTEM), HumanMessage(prompt)]
-    model = with_output_cap(deps.summary_model, FACTS_TOKENS)
-    config = call_config("facts", batch.owner_id, batch.conversation_id)
-    data, raw = await deps.json_answers.ask(model, messages, FACTS_SCHEMA, config)
-    facts = reuse_known_keys(read_facts(data), keys)
-    if not facts and raw.strip() not in ("[]", "{}", "") and data in (None, ""):
-        logger.warning("fact extraction for %s: no readable facts in the answer", batch.owner_id)
-    return facts
 
 
 async def _recover(

@@ -3,7 +3,8 @@
 A cut answer is JSON that stops mid-way: `{"facts": [{...}, {...}, {"key": "ci`. Its
 complete items are as good as those of a whole answer; the item being written when the
 cap came, and anything after it, is lost (the caller asks again for less). Facts and the
-marks of the messages they came from are stored in one transaction.
+marks of the messages they came from are stored in one transaction; a fact the extractor
+says to delete is deleted there as every delete of memory is (`store_facts`).
 """
 
 from __future__ import annotations
@@ -11,10 +12,15 @@ from __future__ import annotations
 import json
 import logging
 import re
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from src.graph.deps import GraphDeps
+from src.graph.memory.epoch import moved, started
 from src.graph.memory.errors import log_failure
+from src.storage.base import Conn
+from src.storage.epochs import still_holds
+from src.storage.erasure_repo import Deleted, ErasureRepository, FactKey
 
 if TYPE_CHECKING:
     from src.graph.memory.facts import Batch
@@ -55,25 +61,58 @@ def complete_items(text: str) -> list[Any]:
 async def store_and_mark(
     deps: GraphDeps, batch: Batch, facts: list[dict[str, Any]], marked: list[int]
 ) -> int:
-    """Store facts and mark the messages `marked` in one transaction; return facts stored."""
+    """Store facts and mark the messages `marked` in one transaction; return facts stored.
+
+    Nothing is stored or marked when the owner's memory was deleted from since the work
+    started (its epoch, see epoch.py): the messages it read came before the delete.
+    """
     if not facts and not marked:
         return 0
     async with deps.conversations.pool.connection() as conn, conn.transaction():
-        if facts:
-            await deps.memory.upsert_facts(
+        if not await still_holds(conn, started(batch.owner_id)):
+            logger.info(
+                "facts of %s from messages %s dropped: memory was deleted meanwhile",
                 batch.owner_id,
-                facts,
-                batch.conversation_id,
-                keep=deps.settings.max_facts,
-                conn=conn,
+                batch.ids,
             )
+            return 0
+        deleted: list[Deleted] = []
+        if facts:
+            deleted = await store_facts(deps, batch.owner_id, facts, batch.conversation_id, conn)
         if marked:
             await deps.conversations.mark_facts_extracted(batch.conversation_id, marked, conn=conn)
+    for gone in deleted:  # its own deletes: this work goes on from the owner's new epoch
+        if gone.epoch is not None:
+            moved(gone.epoch, gone.needles)
     if facts:
         logger.info(
             "stored %d facts of %s from %d messages", len(facts), batch.owner_id, len(batch.ids)
         )
     return len(facts)
+
+
+async def store_facts(
+    deps: GraphDeps,
+    owner: int,
+    facts: list[dict[str, Any]],
+    source: uuid.UUID | None,
+    conn: Conn,
+) -> list[Deleted]:
+    """Store extracted facts in the caller's transaction: each `delete` of a current key
+    takes the door every delete of memory takes (erasure_repo.py: a new memory epoch, the
+    fact redacted from the checkpoints), the rest are upserted. Return what was deleted."""
+    deleted: list[Deleted] = []
+    current = set(await deps.memory.fact_keys(owner, None, conn=conn))
+    for fact in facts:
+        if fact.get("action") == "delete" and fact["key"] in current:
+            what = FactKey(fact["key"])
+            deleted.append(
+                await ErasureRepository(deps.conversations.pool).delete(owner, what, conn)
+            )
+    kept = [f for f in facts if f.get("action") != "delete"]
+    if kept:
+        await deps.memory.upsert_facts(owner, kept, source, keep=deps.settings.max_facts, conn=conn)
+    return deleted
 
 
 async def settle(

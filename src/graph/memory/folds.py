@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +72,17 @@ class Runs:
         self._tasks[key] = task
         task.add_done_callback(lambda done: self._forget(key, done))
         return task
+
+    def cancel(self, keys: Iterable[Hashable]) -> int:
+        """Cancel the tasks of these keys that still run (the owner's memory is being
+        erased); return how many were."""
+        cancelled = 0
+        for key in keys:
+            task = self.running(key)
+            if task is not None:
+                task.cancel()
+                cancelled += 1
+        return cancelled
 
     def _forget(self, key: Hashable, task: asyncio.Task[Any]) -> None:
         if self._tasks.get(key) is task:

@@ -29,6 +29,7 @@ from src.graph import prompts
 from src.graph.context.budget import Layers, split_text, truncate_start
 from src.graph.context.render import row_tokens, transcript_line
 from src.graph.deps import GraphDeps
+from src.graph.memory.epoch import started
 from src.graph.memory.errors import is_refusal
 from src.graph.memory.window import LAG_FACTOR, WindowRule, due, window_size
 from src.graph.model_calls import call_config
@@ -225,11 +226,16 @@ class Fold:
         return (text, 1) if await self.commit(summary, text, rows) else (summary, 0)
 
     async def commit(self, old: str, new: str, rows: list[Row]) -> bool:
-        """Store the new summary with the rows' marks, guarded (see `fold_summary`)."""
+        """Store the new summary with the rows' marks, guarded (see `fold_summary`): also
+        against a delete of the owner's memory since the fold's work started (epoch.py)."""
         ids = [r["id"] for r in rows]
-        if await self.deps.conversations.fold_summary(self.conversation_id, old, new, ids):
+        conversations, epoch = self.deps.conversations, started(self.owner)
+        if await conversations.fold_summary(self.conversation_id, old, new, ids, epoch=epoch):
             return True
-        logger.info("fold of %s dropped: another fold or /forget came first", self.conversation_id)
+        logger.info(
+            "fold of %s dropped: another fold, /forget or a delete of memory came first",
+            self.conversation_id,
+        )
         return False
 
 

@@ -1,0 +1,232 @@
+"""Delete an owner's memory (a fact, a compact, all of it), or everything of an owner.
+
+Each runs in one transaction that first moves the owner to a new memory epoch
+(src/storage/epochs.py), so memory work that started before it stores nothing after it,
+and takes what it deleted out of the owner's checkpoints (checkpoint_redaction.py). The
+callers hold the owner's turn lock (src/services/erasure.py).
+
+`erase` deletes every row of the owner in every table of the schema that has an owner
+column (`telegram_user_id` or `owner_id`, found in the catalog: a table added later is
+erased too), the owner's checkpoint threads, and the chat's outbox rows (replies). Some
+rows stay, without what was said: `llm_calls` keeps the owner's usage totals (budgets
+and the operator's report count them) without the conversation and turn ids that led to
+it; the chat's `inbox` rows keep only their update ids until they are pruned, so that an
+update Telegram sends again is still refused; `turn_leases` keeps the lease the erase
+itself holds (released right after it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from psycopg import sql
+
+from src.storage.base import Conn, Repository
+from src.storage.checkpoint_redaction import (
+    Needles,
+    compact_needles,
+    fact_needles,
+    owner_threads,
+    redact_owner,
+)
+from src.storage.epochs import MemoryEpoch, bump_epoch
+
+# Conversations first, then the owner's row (see epochs.py): the order a stored message
+# and a summary fold lock them in.
+LOCK_CONVERSATIONS = "SELECT id FROM conversations WHERE telegram_user_id = %s FOR UPDATE"
+# /memory clear ends the current sessions where they are: a compact made later covers
+# only what comes after.
+END_SESSIONS = """
+UPDATE conversations SET ended_at = last_message_at
+WHERE telegram_user_id = %s AND last_message_at IS NOT NULL
+  AND (ended_at IS NULL OR ended_at < last_message_at)
+"""
+# ... and what was said before it makes no facts later.
+SKIP_PENDING_FACTS = """
+UPDATE messages SET facts_extracted = true
+WHERE conversation_id IN (SELECT id FROM conversations WHERE telegram_user_id = %s)
+  AND squashed_at IS NULL AND NOT facts_extracted
+"""
+DELETE_FACT = """
+DELETE FROM facts WHERE telegram_user_id = %s AND key = %s RETURNING key, value, valid_to
+"""
+DELETE_FACTS = "DELETE FROM facts WHERE telegram_user_id = %s RETURNING key, value, valid_to"
+DELETE_COMPACT = """
+DELETE FROM session_compacts WHERE telegram_user_id = %s AND id = %s
+RETURNING summary, last_action
+"""
+DELETE_COMPACTS = """
+DELETE FROM session_compacts WHERE telegram_user_id = %s RETURNING summary, last_action
+"""
+DELETE_PENDING_FACTS = "DELETE FROM pending_facts WHERE telegram_user_id = %s"
+
+OWNER_COLUMNS = ("telegram_user_id", "owner_id")
+# Tables whose owner rows `erase` keeps (see the module's doc).
+KEPT = frozenset({"llm_calls", "turn_leases"})
+OWNER_TABLES = """
+SELECT c.table_name, c.column_name FROM information_schema.columns c
+JOIN information_schema.tables t
+  ON t.table_schema = c.table_schema AND t.table_name = c.table_name
+WHERE c.table_schema = current_schema() AND t.table_type = 'BASE TABLE'
+  AND c.column_name = ANY(%s)
+ORDER BY c.table_name, c.column_name
+"""
+# Which table refers to which (foreign keys): the referring rows go first.
+REFERENCES = """
+SELECT child.relname AS child, parent.relname AS parent FROM pg_constraint k
+JOIN pg_class child ON child.oid = k.conrelid
+JOIN pg_class parent ON parent.oid = k.confrelid
+WHERE k.contype = 'f' AND k.connamespace = current_schema()::regnamespace
+"""
+DELETE_THREAD_ROWS = (
+    "DELETE FROM checkpoint_writes WHERE thread_id = ANY(%s)",
+    "DELETE FROM checkpoint_blobs WHERE thread_id = ANY(%s)",
+    "DELETE FROM checkpoints WHERE thread_id = ANY(%s)",
+)
+# The chat's updates lose what they held; their rows stay until the inbox's pruning
+# (src/storage/delivery_repo.py), so that Telegram sending one again is still refused.
+# An update not handled yet (it came after the erase) stays to be answered, except
+# `current` (the one asking for the erase).
+BLANK_INBOX = """
+UPDATE inbox SET payload = '{}', message_id = NULL, media_group_id = NULL
+WHERE chat_id = %s AND (done_at IS NOT NULL OR update_id = %s)
+"""
+DELETE_OUTBOX = "DELETE FROM outbox WHERE chat_id = %s"
+ANONYMIZE_CALLS = """
+UPDATE llm_calls SET conversation_id = NULL, turn_id = NULL
+WHERE owner_id = %s AND (conversation_id IS NOT NULL OR turn_id IS NOT NULL)
+"""
+
+
+@dataclass(frozen=True)
+class FactKey:
+    """One fact of the owner, by its stored key: it goes with its history."""
+
+    key: str
+
+
+@dataclass(frozen=True)
+class CompactId:
+    """One compact of a previous conversation, by its id."""
+
+    compact_id: int
+
+
+@dataclass(frozen=True)
+class AllMemory:
+    """Every fact (with its history) and compact of the owner, and the texts kept for
+    facts (/memory clear); what was said before makes no facts or compacts later."""
+
+
+Memory = FactKey | CompactId | AllMemory
+
+
+@dataclass
+class Deleted:
+    """What a delete of memory removed."""
+
+    facts: int = 0
+    """Current facts deleted (their history went with them)."""
+    compacts: int = 0
+    epoch: MemoryEpoch | None = None
+    """The owner's memory epoch after the delete."""
+    needles: Needles = field(default_factory=Needles)
+    """What identifies what was deleted (for redacting checkpoints written later)."""
+    redacted: int = 0
+    """Checkpoint values rewritten or dropped."""
+
+
+@dataclass
+class Erased:
+    """What `erase` removed, by table (rows); `threads`: checkpoint threads."""
+
+    rows: dict[str, int] = field(default_factory=dict)
+    threads: int = 0
+
+    def count(self, table: str) -> int:
+        """Return how many rows of `table` went."""
+        return self.rows.get(table, 0)
+
+
+def _current(rows: list[dict[str, Any]]) -> int:
+    return sum(r.get("valid_to") is None for r in rows)
+
+
+class ErasureRepository(Repository):
+    """Deletes of memory and of everything of an owner, always scoped to one owner id."""
+
+    async def delete(self, owner: int, what: Memory, conn: Conn | None = None) -> Deleted:
+        """Delete `what` of the owner, move them to a new memory epoch and redact it from
+        their checkpoints, in one transaction."""
+        async with self._conn(conn) as c, c.transaction():
+            if isinstance(what, AllMemory):
+                await c.execute(LOCK_CONVERSATIONS, (owner,))
+                await c.execute(END_SESSIONS, (owner,))
+            done = Deleted(epoch=await bump_epoch(c, owner))
+            facts: list[dict[str, Any]] = []
+            compacts: list[dict[str, Any]] = []
+            if isinstance(what, FactKey):
+                facts = list(await (await c.execute(DELETE_FACT, (owner, what.key))).fetchall())
+            elif isinstance(what, CompactId):
+                cur = await c.execute(DELETE_COMPACT, (owner, what.compact_id))
+                compacts = list(await cur.fetchall())
+            else:
+                await c.execute(SKIP_PENDING_FACTS, (owner,))
+                await c.execute(DELETE_PENDING_FACTS, (owner,))
+                facts = list(await (await c.execute(DELETE_FACTS, (owner,))).fetchall())
+                compacts = list(await (await c.execute(DELETE_COMPACTS, (owner,))).fetchall())
+            done.facts, done.compacts = _current(facts), len(compacts)
+            done.needles = fact_needles(facts) + compact_needles(compacts)
+            done.redacted = await redact_owner(c, owner, done.needles)
+            return done
+
+    async def redact(self, owner: int, needles: Needles, conn: Conn | None = None) -> int:
+        """Redact `needles` from the owner's checkpoints again (those written since)."""
+        async with self._conn(conn) as c, c.transaction():
+            return await redact_owner(c, owner, needles)
+
+    async def erase(self, owner: int, current_update: int | None = None) -> Erased:
+        """Delete everything of the owner (see the module's doc) in one transaction;
+        `current_update`: the update asking for it, whose inbox row goes too."""
+        erased = Erased()
+        async with self._conn() as c, c.transaction():
+            await c.execute(LOCK_CONVERSATIONS, (owner,))
+            await bump_epoch(c, owner)
+            threads = await owner_threads(c, owner, everywhere=True)
+            if threads:
+                for statement in DELETE_THREAD_ROWS:
+                    await c.execute(statement, (threads,))
+            erased.threads = len(threads)
+            for table, column in await self._owner_tables(c):
+                query = sql.SQL("DELETE FROM {} WHERE {} = %s").format(
+                    sql.Identifier(table), sql.Identifier(column)
+                )
+                cur = await c.execute(query, (owner,))
+                erased.rows[table] = erased.rows.get(table, 0) + cur.rowcount
+            erased.rows["inbox"] = (await c.execute(BLANK_INBOX, (owner, current_update))).rowcount
+            erased.rows["outbox"] = (await c.execute(DELETE_OUTBOX, (owner,))).rowcount
+            await c.execute(ANONYMIZE_CALLS, (owner,))
+        return erased
+
+    async def _owner_tables(self, conn: Conn) -> list[tuple[str, str]]:
+        """Return (table, owner column) of every table erased by owner, the tables that
+        refer to others before them (the owner's row in `users` last)."""
+        rows = await (await conn.execute(OWNER_TABLES, (list(OWNER_COLUMNS),))).fetchall()
+        found = [(r["table_name"], r["column_name"]) for r in rows if r["table_name"] not in KEPT]
+        edges = [
+            (r["child"], r["parent"]) for r in await (await conn.execute(REFERENCES)).fetchall()
+        ]
+        names = {t for t, _ in found}
+        ordered: list[str] = []
+        left = sorted(names - {"users"})
+        while left:
+            # A table no other table left refers to goes now (a cycle: in name order).
+            free = [t for t in left if not any(p == t != c and c in left for c, p in edges)]
+            pick = free[0] if free else left[0]
+            ordered.append(pick)
+            left.remove(pick)
+        if "users" in names:
+            ordered.append("users")
+        rank = {t: i for i, t in enumerate(ordered)}
+        return sorted(found, key=lambda f: rank[f[0]])
