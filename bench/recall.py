@@ -66,22 +66,14 @@ from bench.recall_data import (
     generate,
 )
 from src.config import Settings
-from src.embeddings import Embedder, LocalEmbedder
+from src.graph.deps import Embedder
 from src.graph.timestamps import strip_stamp
 from src.services.embedding_worker import EmbeddingWorker
+from src.services.embeddings import LocalEmbedder
 from src.storage.embedding_repo import EmbeddingRepository, to_bytes
 from src.storage.migrations import migrate
-from src.storage.search_repo import (
-    QUERY_TERMS,
-    RRF_K,
-    Rankings,
-    SearchRepository,
-    SemanticQuery,
-    StopWordsOnly,
-    embedding_text,
-    fuse,
-    parse_query,
-)
+from src.storage.search_ranking import RRF_K, Rankings, SemanticQuery, embedding_text, fuse
+from src.storage.search_repo import QUERY_TERMS, SearchRepository, StopWordsOnly, parse_query
 
 RESULTS = Path(__file__).resolve().parent / "results" / "recall.json"
 K = 10

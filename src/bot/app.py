@@ -21,7 +21,7 @@ from src.bot.receive import Receiver
 from src.bot.state import BOT_DATA_KEY, BotState, state_of
 from src.bot.stops import StopChannel
 from src.config import ConfigError, Settings
-from src.lang import RUSSIAN_READERS
+from src.graph.lang import RUSSIAN_READERS
 from src.services.factory import Runtime, build_runtime
 from src.services.reminders import ReminderService
 from src.services.texts import t

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
+import numpy as np
 from langchain_core.language_models import BaseChatModel
 
 from src.config import Settings
-from src.embeddings import Embedder
 from src.graph.memory.folds import Backoff, Runs
 from src.graph.memory.structured import JsonAnswers
 from src.graph.tokens import ApproxCounter, TokenCounter
@@ -26,6 +26,21 @@ from src.storage.users_repo import UsersRepository
 def utc_now() -> datetime:
     """Return the current time, aware, in UTC."""
     return datetime.now(UTC)
+
+
+class Embedder(Protocol):
+    """Turns text into unit vectors; `model` names the vectors it makes."""
+
+    model: str
+    """Stored with every vector: vectors of different models are never compared."""
+
+    async def passages(self, texts: list[str]) -> np.ndarray:
+        """Return one unit vector per text (stored messages), shape (len(texts), dims)."""
+        ...
+
+    async def query(self, text: str) -> np.ndarray:
+        """Return the unit vector of a search query, shape (dims,)."""
+        ...
 
 
 class BudgetCheck(Protocol):

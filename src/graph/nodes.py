@@ -29,10 +29,10 @@ from src.graph import prompts
 from src.graph.context.render import reply_text
 from src.graph.conversation_state import ConversationState
 from src.graph.deps import GraphDeps
+from src.graph.lang import lang_of
 from src.graph.output_caps import was_cut
 from src.graph.tokens import count_tools
 from src.graph.turn_context import TurnContext
-from src.lang import lang_of
 from src.storage.base import clean_json
 from src.storage.delivery_repo import Delivery
 

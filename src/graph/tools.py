@@ -24,7 +24,8 @@ from src.graph.memory.facts import OWN_WORDS_TYPES, own_words
 from src.graph.timestamps import strip_stamp
 from src.storage.erasure_repo import FactKey
 from src.storage.memory_repo import fact_value
-from src.storage.search_repo import SemanticQuery, StopWordsOnly
+from src.storage.search_ranking import SemanticQuery
+from src.storage.search_repo import StopWordsOnly
 
 logger = logging.getLogger(__name__)
 

@@ -10,6 +10,7 @@ that fails, the request says how many it leaves out.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import uuid
@@ -36,6 +37,8 @@ Row = dict[str, Any]
 # How long a turn whose prompt cannot carry every unsummarized message waits for the fold
 # it starts, and for one already under way, before it goes on and says what it left out.
 SYNC_FOLD_SECONDS = 10.0
+# Tries of that fold after transient failures (a model failing for a moment).
+SYNC_FOLD_TRIES = 3
 JOIN_FOLD_SECONDS = 1.0
 
 
@@ -201,24 +204,33 @@ class TurnContext:
         key = ("summary", conversation_id)
         if before is None or deps.backoff.waiting(key):
             return False
-        try:
-            running = deps.runs.running(key)
-            if running is not None:
-                # A fold under way (a slow model): a moment for it, not its whole time.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(deps.settings.llm_timeout, SYNC_FOLD_SECONDS)
+        running = deps.runs.running(key)
+        if running is not None:
+            # A fold under way (a slow model): a moment for it, not its whole time; if it
+            # failed, this turn's own fold tries again.
+            with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(running), JOIN_FOLD_SECONDS)
+        for attempt in range(1, SYNC_FOLD_TRIES + 1):
             task = deps.runs.start(
                 key,
                 lambda: fold_before(
                     deps, state["user_id"], conversation_id, before, model, self.tool_tokens
                 ),
             )
-            # Not cancelled when the wait ends: it goes on and commits for a later turn.
-            wait = min(deps.settings.llm_timeout, SYNC_FOLD_SECONDS)
-            await asyncio.wait_for(asyncio.shield(task), wait)
-        except Exception as exc:
-            if not isinstance(exc, TimeoutError):
-                deps.backoff.failed(key)
-            log_failure(logger, f"folding the summary of {conversation_id} in the turn", exc)
-            return False
+            try:
+                # Not cancelled when the wait ends: it goes on and commits for a later turn.
+                await asyncio.wait_for(asyncio.shield(task), max(0.1, deadline - loop.time()))
+            except Exception as exc:
+                what = f"folding the summary of {conversation_id} in the turn (try {attempt})"
+                log_failure(logger, what, exc)
+                if isinstance(exc, TimeoutError) or attempt == SYNC_FOLD_TRIES:
+                    if not isinstance(exc, TimeoutError):
+                        deps.backoff.failed(key)
+                    return False
+                await asyncio.sleep(min(0.25 * attempt, max(0.0, deadline - loop.time())))
+                continue
+            break
         deps.backoff.succeeded(key)
         return True

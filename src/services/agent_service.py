@@ -184,10 +184,10 @@ class AgentService:
         message's meta says what it held, its photos go to the model, and an album's
         other updates are marked answered with it.
 
-        The reply is returned as soon as it is stored; the memory work after it (facts,
-        summary) goes on in the background under the owner's turn lock, and gives way:
-        the owner's next turn or command cancels it after a short grace (GIVE_WAY_AFTER),
-        and a later turn redoes it.
+        The reply is returned as soon as it is stored; the memory work after it (summary,
+        facts) goes on in the background, and gives way: the owner's next turn or command
+        stops waiting for it after a short grace (GIVE_WAY_AFTER), and it goes on shielded
+        and commits, guarded (src/graph/memory/folds.py).
         """
         refusal = None if media is not None else self.check_input(text, identity.language_code)
         if refusal is not None:

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from src.embeddings import Embedder
+from src.graph.deps import Embedder
 from src.storage.embedding_repo import EmbeddingRepository
 
 logger = logging.getLogger(__name__)

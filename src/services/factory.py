@@ -12,7 +12,6 @@ from langchain_core.language_models import BaseChatModel
 from psycopg_pool import AsyncConnectionPool
 
 from src.config import Settings
-from src.embeddings import make_embedder
 from src.graph.deps import GraphDeps, utc_now
 from src.graph.main_graph import build_graph
 from src.graph.memory.structured import JsonAnswers
@@ -20,6 +19,7 @@ from src.graph.tokens import make_counter
 from src.services.agent_service import AgentService
 from src.services.compaction import Compactor
 from src.services.embedding_worker import EmbeddingWorker
+from src.services.embeddings import make_embedder
 from src.services.llm_service import (
     make_chat_model,
     make_compact_model,

@@ -19,9 +19,9 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from src.graph import prompts
 from src.graph.context.budget import Layers, truncate_text
 from src.graph.deps import GraphDeps
+from src.graph.lang import lang_of
 from src.graph.model_calls import call_config
 from src.graph.output_caps import with_output_cap
-from src.lang import lang_of
 from src.media.documents import Document, DocumentError, extract_text
 from src.media.images import ImageError, Picture, prepare_image
 from src.media.transcribe import Transcriber, TranscriptionError

@@ -24,10 +24,10 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from src.graph.context.render import reply_text, transcript_line
 from src.graph.context.sections import fact_line
 from src.graph.deps import GraphDeps
+from src.graph.lang import lang_of
 from src.graph.memory.window import window_size
 from src.graph.model_calls import call_config
 from src.graph.output_caps import REMINDER_TOKENS, was_cut, with_output_cap
-from src.lang import lang_of
 from src.services.texts import t
 from src.services.turn_lock import TurnLocks
 

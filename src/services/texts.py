@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from src.lang import lang_of
+from src.graph.lang import lang_of
 
 TEXTS: dict[str, dict[str, str]] = {
     "ru": {

@@ -1,12 +1,12 @@
 """Run one turn at a time per memory owner: an asyncio lock in-process, a lease in Postgres.
 
 The memory work after a reply (summary, facts) runs under the same lock but gives way:
-when the owner's next turn, `/new`, `/forget` or `/compress` arrives in this process, that
-work gets GIVE_WAY_AFTER seconds to finish and is then cancelled rather than waited for
-(see `TurnLocks.give_way`). It marks each message only in the transaction that stores
-what was made of it, so a cancelled run loses nothing and a later turn redoes it. A turn
+when the owner's next turn, `/new`, `/forget` or `/compress` arrives in this process, the
+turn that waits for that work is cancelled after GIVE_WAY_AFTER seconds (see
+`TurnLocks.give_way`). The work itself is shielded (src/graph/memory/folds.py): it goes on
+and commits, guarded, so nothing is lost and nothing is asked of the model twice. A turn
 of another process that finds the lease held marks it wanted (`turn_leases.wanted`); the
-work that gave way polls that mark and then gives way the same, so that turn waits about
+turn that gave way polls that mark and then gives way the same, so that turn waits about
 as long plus a poll interval.
 """
 
@@ -32,10 +32,11 @@ Along = Callable[[Any], Awaitable[Callable[[], Awaitable[T]]]]
 """Statements sent with the lease's (see `TurnLocks.hold`): given the lease's connection,
 in pipeline mode, send them and return what reads their results."""
 
-# Seconds the memory work after a reply may go on once the owner's next turn waits: enough
-# for a summary model that answers at once (so a user who types fast still gets summaries
-# in step), short enough that nobody notices the wait for one that does not.
-GIVE_WAY_AFTER = 1.0
+# Seconds the turn that waits for its memory work (shielded: it goes on anyway) may hold the
+# owner's lock once the next turn waits: its checkpoints of that work if it is about to end,
+# nothing more (a second here held a quarter of the replies of a user who types fast by a
+# second each, in `python -m bench memory`).
+GIVE_WAY_AFTER = 0.1
 # How often work that gave way looks whether a turn of another process wants the lease.
 WANTED_POLL = 0.25
 

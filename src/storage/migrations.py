@@ -1,6 +1,7 @@
 """Apply the numbered SQL files in order, once each, under an advisory lock.
 
-The files live in `src/storage/sql/` and ship inside the package (package data), so an
+The files live in the top-level `sql/`, which every install (wheel or editable) carries
+as the package `src.storage.sql` (pyproject.toml maps the directory there), so an
 installed wheel migrates as a source checkout does. The job queue's schema is
 procrastinate's own (`procrastinate/sql/schema.sql`, read from the installed package) and
 runs as migration 0011, between our files.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,17 @@ from psycopg_pool import AsyncConnectionPool
 
 logger = logging.getLogger(__name__)
 
-SQL_DIR = Path(__file__).resolve().parent / "sql"
+
+def _installed_sql_dir() -> Path:
+    """Return the directory the migrations are installed in (`src.storage.sql`)."""
+    try:
+        return Path(str(resources.files("src.storage.sql")))
+    except ModuleNotFoundError:
+        # A checkout on PYTHONPATH without `pip install`: the files are where they live.
+        return Path(__file__).resolve().parents[2] / "sql"
+
+
+SQL_DIR = _installed_sql_dir()
 _NAME = re.compile(r"^(\d{4})_[\w-]+\.sql$")
 # Arbitrary constant shared by every process that migrates this database.
 MIGRATION_LOCK_KEY = 7_140_001

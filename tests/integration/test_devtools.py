@@ -447,13 +447,13 @@ async def test_studio_factories_serve_the_graph(
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
 ) -> None:
-    from src import studio
+    from src.devtools import studio
 
     config = json.loads((Path(__file__).resolve().parents[2] / "langgraph.json").read_text())
     assert config["dependencies"] == ["."] and config["env"] == ".env"
     for ref in config["graphs"].values():
         path, name = ref.split(":")
-        assert path == "./src/studio.py" and callable(getattr(studio, name))
+        assert path == "./src/devtools/studio.py" and callable(getattr(studio, name))
     monkeypatch.chdir(tmp_path)  # no .env
     monkeypatch.setenv("DATABASE_URL", _as_url(fresh_schema))
     monkeypatch.setenv("OPENAI_BASE_URL", llm.base_url)

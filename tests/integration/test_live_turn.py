@@ -10,10 +10,10 @@ import io
 import time
 from typing import Any
 
+from src.cli.chat import Printer, answer_line
 from src.graph.context.render import INTERRUPTED_NOTE
 from src.services.agent_service import Identity, TurnStream
 from src.services.texts import t
-from src.terminal_chat import Printer, answer_line
 
 ANN = Identity(301, "ann", "Ann", "en")
 WORDS = " ".join(f"word{i}" for i in range(60))

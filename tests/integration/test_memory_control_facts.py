@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from src.bot.memory_view import memory_page, render_memory
+from src.cli.chat import answer_line
 from src.graph import prompts
 from src.graph.memory.facts import extract_pending
 from src.services.agent_service import Identity
@@ -22,7 +23,6 @@ from src.services.texts import t
 from src.storage.memory_repo import MemoryRepository
 from src.storage.migrations import SQL_DIR, migrate
 from src.storage.pg_client import make_pool
-from src.terminal_chat import answer_line
 from tests.db_scan import in_checkpoints
 from tests.fakes.memory_model import MEMORY_MODEL
 from tests.fakes.openai_server import message_text
@@ -157,6 +157,9 @@ async def test_the_tools_remember_and_forget_for_the_current_owner_only(
     assert result.tools_used == ["forget_fact"]
     assert await rows(rt, ANN.owner_id) == []
     assert await rows(rt, BOB.owner_id) == [("home_city", "Porto", True)]
+    # The turn's own checkpoints are written, and redacted, once the turn ends (after
+    # its reply was handed back).
+    await rt.service.drain()
     assert await in_checkpoints(pool, "home_city: Lisbon") == []
     async with pool.connection() as conn:
         cur = await conn.execute(

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from src.cli.chat import answer_line
 from src.graph import prompts
 from src.graph.memory.epoch import delete_in_turn, working_from
 from src.services.agent_service import Identity
@@ -26,7 +27,6 @@ from src.storage.checkpoint_redaction import REDACTED
 from src.storage.epochs import read_epoch
 from src.storage.erasure_repo import CompactId, FactKey
 from src.storage.pg_client import make_pool
-from src.terminal_chat import answer_line
 from tests.conftest import make_settings
 from tests.db_scan import in_checkpoints, traces
 from tests.fakes.memory_model import MEMORY_MODEL, memory_reply

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from src.graph import prompts
@@ -25,6 +26,7 @@ from tests.memory_ledger import REFUSED, TOKEN, Ledger, summary_of
 
 OWNERS = itertools.count(7_100_000)
 SQUASHES = itertools.count(1)
+NOTICE = re.compile(r"\[Note from the system: (\d+) earlier messages")
 POISON = "zqxpoison"  # the memory model refuses any request with this word (a 400)
 LONG = " ".join(f"word{i}." for i in range(700))  # ~2,000 tokens: the budget binds
 
@@ -60,6 +62,8 @@ class Run:
         self.refused: set[str] = set()  # messages the memory model refuses
         self.conversations: set[Any] = set()
         self.checked = 0  # chat requests checked so far
+        self.may_declare = True  # the memory model may be failing: omissions declared
+        self.declared = 0
         self.slow_left = 0
 
     async def memory_model(self, request: dict[str, Any]) -> Any:
@@ -140,7 +144,13 @@ class Run:
                 for u in expected
                 if u not in shown and u not in folded and not (u in self.refused and placeholder)
             ]
-            assert not missing, (missing, sorted(shown), sorted(folded))
+            # While the memory model keeps failing, a turn that could neither carry nor
+            # fold its backlog says how many messages it leaves out (docs/memory.md):
+            # declared, never silent, and never once the model is back (checked at the end).
+            declared = NOTICE.search(message_text(request["messages"][-1]))
+            allowed = int(declared.group(1)) if declared and self.may_declare else 0
+            self.declared += bool(declared)
+            assert len(missing) <= allowed, (missing, allowed, sorted(shown), sorted(folded))
             assert all(TOKEN.fullmatch(u) for u in shown)
         self.checked = len(chat)
 
@@ -151,6 +161,9 @@ class Run:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(ops=SEQUENCES)
+# Found by this test: the summary model failed while a long message had to be folded (the
+# background fold and the turn's own fold each met a failure).
+@example(ops=[("turn",), ("turn",), ("long",), ("fail", 2), ("long",)])
 async def test_every_request_carries_every_message_or_its_summary(
     runtime_factory: Any, llm: Any, pool: Any, ops: list[tuple[Any, ...]]
 ) -> None:
@@ -167,6 +180,9 @@ async def test_every_request_carries_every_message_or_its_summary(
     for op in ops:
         await run.apply(op)
     await rt.service.drain()
+    # The memory model is back: the next request misses nothing and declares nothing.
+    llm.unscript(MEMORY_MODEL)
+    run.slow_left, run.may_declare = 0, False
     await run.turn()
     await run.check()
     await rt.service.drain()  # nothing of this example answers in the next one's ledger

@@ -26,14 +26,8 @@ from src.graph.tools import make_memory_tools
 from src.services.agent_service import Identity
 from src.storage.conversation_repo import ConversationRepository
 from src.storage.embedding_repo import EmbeddingRepository, Pending
-from src.storage.search_repo import (
-    LONG_QUERY_WORDS,
-    SearchRepository,
-    SemanticQuery,
-    StopWordsOnly,
-    cosine_ranking,
-    fuse,
-)
+from src.storage.search_ranking import LONG_QUERY_WORDS, SemanticQuery, cosine_ranking, fuse
+from src.storage.search_repo import SearchRepository, StopWordsOnly
 from tests.fakes.openai_server import FakeOpenAI
 
 Pool = AsyncConnectionPool[Any]

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from src.bot.app import file_base_url
-from src.bot.cli import run_bot
+from src.cli.bot import run_bot
 from src.services.texts import t
 from tests.conftest import make_settings
 from tests.fakes.bot_api_server import FakeBotAPI

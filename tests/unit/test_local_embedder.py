@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from src.embeddings import LocalEmbedder
+from src.services.embeddings import LocalEmbedder
 
 
 async def test_vectors_are_unit_length_and_the_answer_is_nearest_across_languages() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from src.lang import terminal_lang
+from src.graph.lang import terminal_lang
 from src.services.local_model import CANDIDATES, CANDIDATES_ENV, candidates, choose_model
 
 

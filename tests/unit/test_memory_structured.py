@@ -12,10 +12,10 @@ import openai
 import pytest
 from langchain_openai import ChatOpenAI
 
+from src.cli.logging_setup import OneLineFormatter, RedactSecrets, one_line_logs
 from src.graph.memory.facts import read_facts
 from src.graph.memory.facts_salvage import complete_items
 from src.graph.memory.structured import endpoint_of, refuses_format
-from src.logging_setup import OneLineFormatter, RedactSecrets, one_line_logs
 from tests.fakes.openai_server import unknown_format
 
 ITEMS = [

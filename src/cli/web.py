@@ -35,7 +35,7 @@ async def web_command(args: argparse.Namespace, settings: Settings) -> int:
 
 def register(sub: Any, db_sub: Any) -> None:
     """Add `tgagent web`."""
-    from src.devtools.cli import reporting
+    from src.cli.devtools import reporting
 
     del db_sub
     web = sub.add_parser("web", help="a local web page: the graph, runs node by node, replay")

@@ -16,11 +16,12 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from src.config import Settings
+from src.graph.deps import Embedder
 from src.storage.usage_repo import CallRecord
 
 if TYPE_CHECKING:
@@ -36,21 +37,6 @@ OPENAI_MODEL = "text-embedding-3-small"
 
 class EmbeddingUnavailable(RuntimeError):
     """The embedding provider cannot be used here (not installed, not configured)."""
-
-
-class Embedder(Protocol):
-    """Turns text into unit vectors; `model` names the vectors it makes."""
-
-    model: str
-    """Stored with every vector: vectors of different models are never compared."""
-
-    async def passages(self, texts: list[str]) -> np.ndarray:
-        """Return one unit vector per text (stored messages), shape (len(texts), dims)."""
-        ...
-
-    async def query(self, text: str) -> np.ndarray:
-        """Return the unit vector of a search query, shape (dims,)."""
-        ...
 
 
 def normalize(matrix: np.ndarray) -> np.ndarray:

@@ -1,35 +1,18 @@
-"""The `tgagent` command: bot, chat, db, graph, runs, replay, web, usage, bench."""
+"""`tgagent db migrate|status|embed`: the schema and the embeddings backfill."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
-import sys
-from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-import psycopg
-from psycopg_pool import PoolTimeout
-
-from src.config import ConfigError, Settings, load_settings
-from src.logging_setup import configure_logging
+from src.config import Settings
 from src.storage.migrations import (
-    MigrationsMissing,
     applied_versions,
+    discover,
     migrate,
     require_migrations,
 )
-from src.storage.pg_client import (
-    DatabaseUnavailable,
-    describe_dsn,
-    open_pool_from_settings,
-    reason_of,
-)
-
-logger = logging.getLogger(__name__)
-
-Command = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
+from src.storage.pg_client import open_pool_from_settings
 
 
 async def _db_migrate(args: argparse.Namespace, settings: Settings) -> int:
@@ -48,8 +31,6 @@ async def _db_migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _db_status(args: argparse.Namespace, settings: Settings) -> int:
-    from src.storage.migrations import discover
-
     pool = await open_pool_from_settings(settings)
     try:
         rows = await applied_versions(pool)
@@ -66,8 +47,8 @@ async def _db_status(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _db_embed(args: argparse.Namespace, settings: Settings) -> int:
-    from src.embeddings import make_embedder
     from src.services.embedding_worker import EmbeddingWorker
+    from src.services.embeddings import make_embedder
     from src.storage.embedding_repo import EmbeddingRepository
 
     embedder = make_embedder(settings)
@@ -95,66 +76,15 @@ async def _db_embed(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Return the argument parser; each leaf parser sets `handler` to its command."""
-    parser = argparse.ArgumentParser(prog="tgagent", description=__doc__)
-    parser.add_argument("--log-level", default=None, help="override LOG_LEVEL")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    db = sub.add_parser("db", help="database maintenance")
-    # Their output is the report (one line per migration): logs only for warnings.
-    db.set_defaults(quiet_logs=True)
-    db_sub = db.add_subparsers(dest="db_command", required=True)
+def register(sub: Any, db_sub: Any) -> None:
+    """Add `tgagent db migrate`, `db status` and `db embed`."""
+    del sub
     db_sub.add_parser("migrate", help="apply pending migrations").set_defaults(handler=_db_migrate)
     db_sub.add_parser("status", help="show applied and pending migrations").set_defaults(
         handler=_db_status
     )
-
     embed = db_sub.add_parser(
         "embed", help="embed every stored message that has no embedding yet (backfill)"
     )
     embed.add_argument("--status", action="store_true", help="only count, embed nothing")
     embed.set_defaults(handler=_db_embed)
-
-    from src import cli_commands
-
-    cli_commands.register(sub, db_sub)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the `tgagent` command line and return its exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        settings = load_settings()
-    except ConfigError as exc:
-        print(f"tgagent: {exc}", file=sys.stderr)  # noqa: T201
-        return 2
-    level = args.log_level or settings.log_level
-    # Commands that talk on the terminal (chat, db) show warnings only, unless asked for
-    # more with --log-level or LOG_LEVEL=DEBUG.
-    if getattr(args, "quiet_logs", False) and not args.log_level and level.upper() != "DEBUG":
-        level = "WARNING"
-    configure_logging(level, settings)
-    command: Command = args.handler
-    try:
-        return asyncio.run(command(args, settings))
-    except (DatabaseUnavailable, ConfigError, MigrationsMissing) as exc:
-        print(f"tgagent: {exc}", file=sys.stderr)  # noqa: T201
-        return 2
-    except (psycopg.OperationalError, PoolTimeout) as exc:
-        # The server went away after the first connection: still one line, no traceback.
-        dsn = settings.server_dsn()
-        where = describe_dsn(dsn) if dsn else f"the embedded server in {settings.tgagent_data_dir}"
-        print(  # noqa: T201
-            f"tgagent: lost the connection to PostgreSQL at {where}: {reason_of(exc, dsn or '')}",
-            file=sys.stderr,
-        )
-        return 2
-    except KeyboardInterrupt:
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from src.cli.logging_setup import one_line_logs
 from src.config import Settings
-from src.lang import terminal_lang
-from src.logging_setup import one_line_logs
+from src.graph.lang import terminal_lang
 from src.services import local_model
 from src.services.agent_service import AgentService, Identity, TurnStream
 from src.services.erasure import CONFIRM_WORDS, erased_sentence
