@@ -25,7 +25,7 @@ from src.devtools.common import (
     missing_tables,
 )
 from src.devtools.turns import HEAD_SOURCES
-from src.storage.checkpointer import RESOLVE_REFS
+from src.storage.checkpoint_rows import RESOLVE_REFS
 
 logger = logging.getLogger(__name__)
 

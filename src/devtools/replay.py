@@ -34,7 +34,7 @@ from src.devtools.turns import Turn, turn_containing
 from src.graph.main_graph import build_graph
 from src.services.factory import make_deps
 from src.services.llm_service import make_chat_model
-from src.storage.checkpointer import next_version
+from src.storage.checkpoint_rows import next_version
 
 SELECT_OWNER = "SELECT telegram_user_id FROM conversations WHERE id = %s"
 REWIND_MESSAGES = "DELETE FROM messages WHERE conversation_id = %s AND number > %s"

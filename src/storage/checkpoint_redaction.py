@@ -29,7 +29,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 from pydantic import BaseModel
 
-from src.storage.checkpointer import REF, ZlibCodec, checkpoint_serde
+from src.storage.checkpoint_rows import REF, ZlibCodec, checkpoint_serde
 
 logger = logging.getLogger(__name__)
 

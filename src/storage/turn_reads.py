@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from src.storage.checkpointer import SELECT_OWNERS_LATEST_ID
+from src.storage.checkpoint_rows import SELECT_OWNERS_LATEST_ID
 from src.storage.conversation_repo import (
     LOAD_LAST_MESSAGES,
     SELECT_CONVERSATION_WITH_PENDING,

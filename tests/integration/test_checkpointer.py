@@ -19,7 +19,8 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from bench.harness import DbCounter
 from src.devtools.checkpoints import CheckpointReader
 from src.services.agent_service import Identity
-from src.storage.checkpointer import INLINE_TEXT, PACKED, PooledPostgresSaver, _inline
+from src.storage.checkpoint_rows import INLINE_TEXT, PACKED, _inline
+from src.storage.checkpointer import PooledPostgresSaver
 from src.storage.pg_client import make_pool
 from tests.fakes.openai_server import FakeOpenAI
 

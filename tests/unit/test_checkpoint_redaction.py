@@ -14,7 +14,7 @@ from src.storage.checkpoint_redaction import (
     fact_needles,
     redact_value,
 )
-from src.storage.checkpointer import checkpoint_serde
+from src.storage.checkpoint_rows import checkpoint_serde
 
 PROMPT = (
     "You are helpful.\n<memory>\nFacts about the user:\n- diagnosis: flu\n"
