@@ -8,9 +8,7 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -18,122 +16,39 @@ from psycopg_pool import PoolTimeout
 
 from src.graph.conversation_state import turn_input
 from src.graph.deps import GraphDeps
-from src.graph.frs.compress import build_compress_graph, run_compression
 from src.graph.memory.epoch import begin
-from src.graph.memory.fact_keys import find_key
-from src.graph.memory.window import window_size
 from src.graph.model_calls import turn_metadata
 from src.graph.nodes import ModelFailure
 from src.graph.timestamps import stamp
 from src.services.embedding_worker import EmbeddingWorker
-from src.services.erasure import MemoryEraser
-from src.services.export import ExportFile, MemoryExport
 from src.services.media import MediaTurn
+from src.services.memory_commands import MemoryCommands
 from src.services.texts import t
 from src.services.turn_lock import TurnLocks
+from src.services.turn_types import CompressResult, Identity, TurnResult, TurnStream, session_over
 from src.services.usage import Usage
 from src.storage.checkpointer import PooledPostgresSaver
 from src.storage.delivery_repo import Delivery
 from src.storage.epochs import MemoryEpoch
-from src.storage.erasure_repo import AllMemory, CompactId, Deleted, Erased, FactKey, Memory
 from src.storage.turn_reads import TurnStart, send_turn_start
 
 logger = logging.getLogger(__name__)
 
+__all__ = [
+    "DB_ERRORS",
+    "AgentService",
+    "CompressResult",
+    "Identity",
+    "TurnResult",
+    "TurnStream",
+    "session_over",
+    "stamp",
+]
+
 DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
 
 
-@dataclass(frozen=True)
-class Identity:
-    """Whose memory a turn uses: a private chat's user, or a group chat."""
-
-    owner_id: int
-    username: str | None = None
-    first_name: str | None = None
-    language_code: str | None = None
-    sender_id: int | None = None
-    """Who wrote the message (in groups not the owner): an admin spends without budget."""
-
-
-@dataclass
-class TurnResult:
-    """What one turn produced for the user."""
-
-    reply: str
-    ok: bool = True
-    stored: bool = True
-    conversation_id: str | None = None
-    tools_used: list[str] = field(default_factory=list)
-    tokens_in: int = 0
-    tokens_out: int = 0
-    context_tokens: int = 0
-    ms: float = 0.0
-
-
-@dataclass
-class TurnStream:
-    """Watch one turn live: the answer's text as the model writes it, the tools it runs,
-    and a way to stop it (`stop.set()`: the answer so far becomes the reply)."""
-
-    on_text: Callable[[str], None]
-    """Called with each new piece of the answer's text."""
-    on_tools: Callable[[list[str]], None]
-    """Called with the names of the tools that run now; the text written before them
-    was not the answer (the next piece starts it anew)."""
-    stop: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-@dataclass
-class CompressResult:
-    """What /compress did: how many messages and tokens the context is shorter by."""
-
-    ok: bool = True
-    compressible: int = 0
-    compressions: int = 0
-    messages_replaced: int = 0
-    tokens_before: int = 0
-    tokens_saved: int = 0
-    reply: str = ""
-    """The report for the user, in their language."""
-
-    @property
-    def messages_saved(self) -> int:
-        """Messages fewer in the context: each compression turned a run into one."""
-        return self.messages_replaced - self.compressions
-
-    @property
-    def tokens_after(self) -> int:
-        """Tokens of the working memory after the compression (approximate)."""
-        return max(0, self.tokens_before - self.tokens_saved)
-
-    def text(self, language_code: str | None = None) -> str:
-        """Return the report for the user, in their language."""
-        if not self.ok:
-            return t("compress_failed", language_code)
-        if self.compressible < 2:
-            return t("compress_nothing", language_code)
-        if not self.compressions:
-            return t("compress_declined", language_code)
-        return t(
-            "compress_report",
-            language_code,
-            messages=self.messages_saved,
-            tokens=self.tokens_saved,
-            before=self.tokens_before,
-            after=self.tokens_after,
-        )
-
-
-def session_over(conversation: dict[str, Any], now: datetime, idle_minutes: float) -> bool:
-    """Tell whether the conversation's current session ended by silence and is not yet
-    ended (compacted) in memory."""
-    last, ended = conversation.get("last_message_at"), conversation.get("ended_at")
-    if last is None or (ended is not None and ended >= last):
-        return False
-    return now - last > timedelta(minutes=idle_minutes)
-
-
-class AgentService:
+class AgentService(MemoryCommands):
     """Run turns through the graph, one at a time per owner, and the memory commands."""
 
     def __init__(
@@ -430,30 +345,6 @@ class AgentService:
                 await self.deps.delivery.consume(media.siblings, row["id"], conn)
         return row
 
-    def model_of(self, user: dict[str, Any] | None) -> str:
-        """Return the model that answers the owner: their /model choice while it is still
-        offered, else LLM_MODEL."""
-        chosen = (user or {}).get("model")
-        return chosen if chosen in self.settings.choices else self.settings.llm_model
-
-    async def current_model(self, identity: Identity) -> str:
-        """Return the model that answers the owner now."""
-        return self.model_of(await self.deps.users.get(identity.owner_id))
-
-    async def set_model(self, identity: Identity, name: str) -> bool:
-        """Make `name` (one of the offered models) answer the owner from the next turn;
-        return False when it is not offered."""
-        if name not in self.settings.choices:
-            return False
-        deps = self.deps
-        await deps.users.get_or_create(
-            identity.owner_id, identity.username, identity.first_name, identity.language_code
-        )
-        await deps.users.set_model(
-            identity.owner_id, None if name == self.settings.llm_model else name
-        )
-        return True
-
     async def _stored_before(
         self, delivery: Delivery | None, conversation_id: uuid.UUID, conn: Any
     ) -> dict[str, Any] | None:
@@ -474,29 +365,6 @@ class AgentService:
         if row is not None:
             logger.info("message %s runs again: its update came back", message_id)
         return row
-
-    async def remember(
-        self,
-        identity: Identity,
-        text: str,
-        delivery: Delivery | None = None,
-        media: MediaTurn | None = None,
-    ) -> None:
-        """Store a user's message without answering it: it waited too long for a turn,
-        or it brought documents to ask about later. An update stored before (its worker
-        died) is not stored twice."""
-        deps = self.deps
-        await deps.users.get_or_create(
-            identity.owner_id, identity.username, identity.first_name, identity.language_code
-        )
-        async with self.locks.hold(identity.owner_id):
-            async with deps.conversations.pool.connection() as conn:
-                conversation = await deps.conversations.current(identity.owner_id, conn=conn)
-                conversation_id = uuid.UUID(str(conversation["id"]))
-                if await self._stored_before(delivery, conversation_id, conn) is None:
-                    await self._store(conversation_id, text, deps.clock(), delivery, media, conn)
-        if self.embeddings is not None:
-            self.embeddings.kick()
 
     @staticmethod
     def _relay(stream: TurnStream | None, event: Any) -> None:
@@ -545,238 +413,3 @@ class AgentService:
             await self.compactor.drain()
         if self.usage is not None:
             await self.usage.recorder.drain()
-
-    # --- commands ----------------------------------------------------------------
-
-    async def new_conversation(self, identity: Identity) -> uuid.UUID:
-        """/new: compact the current session, wipe the user's conversations, start anew.
-
-        The facts not extracted yet are kept before the wipe and extracted until that
-        succeeds (see src/services/pending_facts.py): a failing model loses none.
-        """
-        deps = self.deps
-        await deps.users.get_or_create(
-            identity.owner_id, identity.username, identity.first_name, identity.language_code
-        )
-        async with self.locks.hold(identity.owner_id):
-            old = await deps.conversations.conversation_ids(identity.owner_id)
-            if self.compactor is not None:
-                # Facts and the compact are read before the wipe; slow models finish
-                # in the background from what was read and kept.
-                for conversation_id in old:
-                    await self.compactor.end_session(
-                        identity.owner_id, conversation_id, keep_facts=True
-                    )
-            new_id = await deps.conversations.create_new_conversation(identity.owner_id)
-            await deps.users.set_active_messages_count(identity.owner_id, None)
-            if self.checkpointer is not None:
-                for conversation_id in old:
-                    await self.checkpointer.adelete_thread(str(conversation_id))
-        return new_id
-
-    async def forget(self, identity: Identity) -> None:
-        """/forget: empty context from now on, history kept, reminders off (seed 000).
-
-        What it forgets makes nothing long-term either: the messages not summarized and
-        not fact-extracted yet are marked done without a model reading them (a password
-        said before /forget never becomes a fact).
-        """
-        deps = self.deps
-        await deps.users.get_or_create(
-            identity.owner_id, identity.username, identity.first_name, identity.language_code
-        )
-        async with self.locks.hold(identity.owner_id):
-            conversation_id = await deps.conversations.get_or_create_conversation(identity.owner_id)
-            async with deps.conversations.pool.connection() as conn, conn.transaction():
-                await deps.users.forget(identity.owner_id, conn=conn)
-                # The forgotten part is never summarized into later context either.
-                await deps.conversations.forget_summary(conversation_id, conn=conn)
-                await deps.conversations.skip_facts(conversation_id, conn=conn)
-
-    async def toggle_mute(self, identity: Identity) -> bool:
-        """/mute: flip reminders; return whether they are now on."""
-        user = await self.deps.users.get_or_create(
-            identity.owner_id, identity.username, identity.first_name, identity.language_code
-        )
-        enabled = user["remind_of_yourself"] == "0"
-        await self.deps.users.set_reminders(identity.owner_id, enabled)
-        return enabled
-
-    async def memory_report(self, identity: Identity) -> dict[str, Any]:
-        """Return what is kept about the owner: window, summary, every current fact
-        (with the value it replaced), past sessions."""
-        deps = self.deps
-        user = await deps.users.get(identity.owner_id)
-        ids = await deps.conversations.conversation_ids(identity.owner_id)
-        conv = await deps.conversations.get_conversation(ids[0]) if ids else None
-        stored = await deps.conversations.count_messages(ids[0]) if ids else 0
-        return {
-            "window": window_size(
-                user["active_messages_count"] if user else None, self.settings.max_context
-            ),
-            "stored_messages": stored,
-            "summary": conv["summary"] if conv else "",
-            "facts": await deps.memory.facts_with_previous(identity.owner_id),
-            "compacts": await deps.memory.list_compacts(
-                identity.owner_id, self.settings.max_compacts
-            ),
-            "reminders": user is not None and user["remind_of_yourself"] != "0",
-        }
-
-    async def compact_idle_sessions(
-        self,
-        now: datetime | None = None,
-        limit: int = 100,
-        admits: Callable[[int], bool] | None = None,
-    ) -> int:
-        """End the sessions silent for SESSION_IDLE_MINUTES (a job); return how many.
-
-        Each under its owner's turn lock, so a message arriving meanwhile waits and then
-        finds the session ended. The conversations stay open: a user coming back
-        continues where they left off, in a new session. Owners `admits` refuses (the
-        allowlist no longer names them) are left as they are: no model call, no write.
-        """
-        if self.compactor is None:
-            return 0
-        deps = self.deps
-        now = now or deps.clock()
-        ended = 0
-        for row in await self._idle_conversations(now, limit, admits):
-            owner, conversation_id = row["telegram_user_id"], uuid.UUID(str(row["id"]))
-            try:
-                async with self.locks.hold(owner):
-                    # Read again under the lock: the user may have come back.
-                    conversation = await deps.conversations.get_conversation(conversation_id)
-                    if conversation is None or not session_over(
-                        conversation, now, self.settings.session_idle_minutes
-                    ):
-                        continue
-                    await self.compactor.end_session(
-                        owner, conversation_id, until=conversation["last_message_at"]
-                    )
-                    ended += 1
-            except Exception:
-                logger.error("ending the idle session of %s failed", owner, exc_info=True)
-        return ended
-
-    async def _idle_conversations(
-        self, now: datetime, limit: int, admits: Callable[[int], bool] | None
-    ) -> list[dict[str, Any]]:
-        """Return up to `limit` idle conversations of admitted owners within their token
-        budget, oldest first.
-
-        Refused owners' conversations stay idle forever, and over-budget ones until their
-        budget resets: paging past them keeps them from filling every batch.
-        """
-        cutoff = now - timedelta(minutes=self.settings.session_idle_minutes)
-        found: list[dict[str, Any]] = []
-        after: dict[str, Any] | None = None
-        while len(found) < limit:
-            page = await self.deps.memory.idle_conversations(cutoff, limit, after=after)
-            found += [r for r in page if await self._may_end(r["telegram_user_id"], admits)]
-            if len(page) < limit:
-                break
-            after = page[-1]
-        return found[:limit]
-
-    async def _may_end(self, owner: int, admits: Callable[[int], bool] | None) -> bool:
-        """Tell whether an idle session of `owner` may be ended (compacted) now."""
-        if admits is not None and not admits(owner):
-            return False
-        return self.compactor is None or await self.compactor.allows(owner)
-
-    @functools.cached_property
-    def compress_graph(self) -> Any:
-        """The /compress graph, compiled on first use."""
-        return build_compress_graph(self.deps)
-
-    async def compress(self, identity: Identity, focus: str | None = None) -> CompressResult:
-        """/compress [focus]: let the model compress the older part of the conversation.
-
-        Runs under the owner's turn lock, on the same working window a turn would see;
-        every squash is logged as requested by "user:/compress". Failures change nothing.
-        """
-        deps = self.deps
-        started = time.perf_counter()
-        try:
-            await deps.users.get_or_create(
-                identity.owner_id, identity.username, identity.first_name, identity.language_code
-            )
-            refusal = await self.budget_refusal(identity)
-            if refusal is not None:
-                return CompressResult(reply=refusal)
-            async with self.locks.hold(identity.owner_id):
-                conversation_id = await deps.conversations.get_or_create_conversation(
-                    identity.owner_id
-                )
-                user = await deps.users.get(identity.owner_id)
-                window = window_size(
-                    user["active_messages_count"] if user else None, self.settings.max_context
-                )
-                # The window as a turn shows it (the summary folds ahead, so its older
-                # part may be in the summary too: a squash of that part stays summarized).
-                rows = await deps.conversations.load_last_messages(conversation_id, window)
-                outcome = await run_compression(
-                    deps, self.compress_graph, identity.owner_id, conversation_id, rows, focus
-                )
-        except Exception:
-            logger.exception("/compress of %s failed", identity.owner_id)
-            failed = CompressResult(ok=False)
-            failed.reply = failed.text(identity.language_code)
-            return failed
-        result = CompressResult(
-            compressible=outcome.compressible,
-            compressions=outcome.compressions,
-            messages_replaced=outcome.replaced,
-            tokens_before=outcome.tokens_before,
-            tokens_saved=outcome.tokens_saved,
-        )
-        result.reply = result.text(identity.language_code)
-        logger.info(
-            "compress user=%s conv=%s squashes=%d messages=%d tokens=%d->%d ms=%.1f",
-            identity.owner_id,
-            conversation_id,
-            result.compressions,
-            result.messages_replaced,
-            result.tokens_before,
-            result.tokens_after,
-            (time.perf_counter() - started) * 1000,
-        )
-        return result
-
-    async def forget_fact(self, identity: Identity, key: str) -> str | None:
-        """/memory forget KEY (and its button): delete, everywhere, the owner's fact the
-        user means by `key` ("City" is `city`) with its history; return its key, or None
-        when no current fact is called so."""
-        found = find_key(key, await self.deps.memory.fact_keys(identity.owner_id, None))
-        if found is None or not (await self.delete_memory(identity, FactKey(found))).facts:
-            return None
-        return found
-
-    async def forget_compact(self, identity: Identity, compact_id: int) -> bool:
-        """Delete, everywhere, one compact of the owner's previous conversations (its
-        /memory button); return whether there was one."""
-        return (await self.delete_memory(identity, CompactId(compact_id))).compacts > 0
-
-    @functools.cached_property
-    def eraser(self) -> MemoryEraser:
-        """Every delete of memory, and /erase (src/services/erasure.py)."""
-        return MemoryEraser(self.deps, self.locks, self.checkpointer)
-
-    async def delete_memory(self, identity: Identity, what: Memory) -> Deleted:
-        """Delete a fact, a compact or all memory of the owner, everywhere (erasure.py)."""
-        return await self.eraser.delete(identity.owner_id, what)
-
-    async def clear_memory(self, identity: Identity) -> tuple[int, int]:
-        """/memory clear: delete the owner's facts (with their history) and compacts
-        everywhere; return how many."""
-        deleted = await self.delete_memory(identity, AllMemory())
-        return deleted.facts, deleted.compacts
-
-    async def erase(self, identity: Identity, current_update: int | None = None) -> Erased:
-        """/erase, confirmed: delete everything the bot keeps about the owner."""
-        return await self.eraser.erase(identity.owner_id, current_update)
-
-    async def export(self, identity: Identity) -> list[ExportFile]:
-        """/export: everything the bot keeps about the owner, as JSON and Markdown files."""
-        return await MemoryExport(self.deps).files(identity.owner_id, identity.language_code)
