@@ -10,17 +10,22 @@ import logging
 import math
 import random
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    ChannelVersions,
     CheckpointMetadata,
     get_serializable_checkpoint_metadata,
+    writes_sort_key,
 )
 from langgraph.checkpoint.serde.base import CipherProtocol, SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.checkpoint.serde.types import TASKS
 
 logger = logging.getLogger(__name__)
 
@@ -291,3 +296,91 @@ class _Recorder:
 _RECORDING: contextvars.ContextVar[_Pending | None] = contextvars.ContextVar(
     "checkpoint_recording", default=None
 )
+
+
+def blob_rows(
+    serde: SerializerProtocol,
+    thread_id: str,
+    ns: str,
+    parent: str | None,
+    values: dict[str, Any],
+    versions: ChannelVersions,
+    pending: _Pending | None,
+) -> list[tuple[str, str, str, str, str, bytes | None]]:
+    written = pending.written if pending is not None and pending.written_at == parent else {}
+    rows: list[tuple[str, str, str, str, str, bytes | None]] = []
+    for channel, version in versions.items():
+        value, candidates = values[channel], written.get(channel, ())
+        # The same object serializes to the same bytes: no need to serialize it.
+        found = next((w for w in candidates if w[0] is value), None)
+        kind, data = ("", None) if found else serde.dumps_typed(value)
+        if found is None and candidates:
+            found = next((w for w in candidates if w[1] == kind and w[2] == data), None)
+        if found is not None:
+            kind, data = f"{REF}{parent}:{found[3]}:{found[4]}", None
+        rows.append((thread_id, ns, channel, str(version), kind, data))
+    if pending is not None and pending.written_at == parent:
+        pending.written_at, pending.written = None, {}
+    return rows
+
+
+def task_rows(
+    serde: SerializerProtocol,
+    head: tuple[str, str, str, str, str],
+    writes: Sequence[tuple[str, Any]],
+    pending: _Pending | None,
+) -> list[tuple[str, str, str, str, str, int, str, str, bytes]]:
+    """Return the rows of a task's writes (`head`: thread, namespace, checkpoint, task,
+    path); a deferred thread's `pending` notes the long ones, for references."""
+    checkpoint_id, task_id = head[2], head[3]
+    if pending is not None and pending.written_at != checkpoint_id:
+        pending.written_at, pending.written = checkpoint_id, {}
+    rows: list[tuple[str, str, str, str, str, int, str, str, bytes]] = []
+    small: list[tuple[int, str, Any, str, bytes]] = []
+    for idx, (channel, value) in enumerate(writes):
+        kind, data = serde.dumps_typed(value)
+        if channel in WRITES_IDX_MAP or channel == TASKS:
+            rows.append((*head, WRITES_IDX_MAP.get(channel, idx), channel, kind, data))
+        elif len(data) >= OWN_ROW_FROM:
+            rows.append((*head, idx, channel, kind, data))
+            if pending is not None:
+                entry = (value, kind, data, task_id, idx)
+                pending.written.setdefault(channel, []).append(entry)
+        else:
+            small.append((idx, channel, value, kind, data))
+    if len(small) == 1:
+        idx, channel, _, kind, data = small[0]
+        rows.append((*head, idx, channel, kind, data))
+    elif small:
+        packed = [[idx, channel, value] for idx, channel, value, _, _ in small]
+        rows.append((*head, small[0][0], PACKED, *serde.dumps_typed(packed)))
+    return rows
+
+
+def load_writes(
+    serde: SerializerProtocol, writes: list[tuple[bytes, bytes, bytes, bytes, bytes, bytes]] | None
+) -> list[tuple[str, str, Any]]:
+    """Read a checkpoint's task writes, a packed row as the writes it holds."""
+    loaded: list[tuple[tuple[Any, ...], str, str, Any]] = []
+    for task, channel, kind, data, path, idx in writes or []:
+        task_id, task_path = task.decode(), path.decode()
+        value = serde.loads_typed((kind.decode(), data))
+        if channel.decode() == PACKED:
+            for i, name, item in value:
+                loaded.append((writes_sort_key(task_path, task_id, i), task_id, name, item))
+        else:
+            key = writes_sort_key(task_path, task_id, int(idx))
+            loaded.append((key, task_id, channel.decode(), value))
+    loaded.sort(key=lambda w: w[0])
+    return [(task_id, channel, value) for _, task_id, channel, value in loaded]
+
+
+def load_blobs(
+    serde: SerializerProtocol, blob_values: list[tuple[bytes, bytes, bytes]]
+) -> dict[str, Any]:
+    # A reference whose write is gone (a flush that failed) reads as no value.
+    return {
+        k.decode(): serde.loads_typed((t.decode(), v))
+        for k, t, v in blob_values or []
+        if t.decode() != "empty" and not t.decode().startswith(REF)
+    }

@@ -59,10 +59,9 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
     get_checkpoint_id,
-    writes_sort_key,
 )
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-from langgraph.checkpoint.serde.types import TASKS, _DeltaSnapshot
+from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
@@ -72,9 +71,6 @@ from src.storage.checkpoint_rows import (
     ASYNC_COMMIT,
     LATEST_KEPT,
     LATEST_WHERE,
-    OWN_ROW_FROM,
-    PACKED,
-    REF,
     SELECT_LATEST_ID,
     SELECT_SQL,
     TEXTS_KEPT,
@@ -83,8 +79,12 @@ from src.storage.checkpoint_rows import (
     _Op,
     _Pending,
     _Recorder,
+    blob_rows,
     checkpoint_serde,
+    load_blobs,
+    load_writes,
     next_version,
+    task_rows,
 )
 
 logger = logging.getLogger(__name__)
@@ -260,7 +260,7 @@ class PooledPostgresSaver(AsyncPostgresSaver):
                     del self._texts[next(iter(self._texts))]
 
         def rows() -> list[tuple[str, str, str, str, str, bytes | None]]:
-            return self._blob_rows(thread_id, ns, parent, blobs, versions, pending)
+            return blob_rows(self.serde, thread_id, ns, parent, blobs, versions, pending)
 
         def row() -> tuple[Any, ...]:
             meta = _metadata(thread_id, config, metadata)
@@ -282,31 +282,6 @@ class PooledPostgresSaver(AsyncPostgresSaver):
                 "checkpoint_id": checkpoint["id"],
             }
         }
-
-    def _blob_rows(
-        self,
-        thread_id: str,
-        ns: str,
-        parent: str | None,
-        values: dict[str, Any],
-        versions: ChannelVersions,
-        pending: _Pending | None,
-    ) -> list[tuple[str, str, str, str, str, bytes | None]]:
-        written = pending.written if pending is not None and pending.written_at == parent else {}
-        rows: list[tuple[str, str, str, str, str, bytes | None]] = []
-        for channel, version in versions.items():
-            value, candidates = values[channel], written.get(channel, ())
-            # The same object serializes to the same bytes: no need to serialize it.
-            found = next((w for w in candidates if w[0] is value), None)
-            kind, data = ("", None) if found else self.serde.dumps_typed(value)
-            if found is None and candidates:
-                found = next((w for w in candidates if w[1] == kind and w[2] == data), None)
-            if found is not None:
-                kind, data = f"{REF}{parent}:{found[3]}:{found[4]}", None
-            rows.append((thread_id, ns, channel, str(version), kind, data))
-        if pending is not None and pending.written_at == parent:
-            pending.written_at, pending.written = None, {}
-        return rows
 
     async def aput_writes(
         self,
@@ -332,73 +307,16 @@ class PooledPostgresSaver(AsyncPostgresSaver):
 
         pending = self._pending.get(thread_id)
 
-        def task_rows() -> list[tuple[str, str, str, str, str, int, str, str, bytes]]:
+        def rows_of_task() -> list[tuple[str, str, str, str, str, int, str, str, bytes]]:
             head = (thread_id, ns, checkpoint_id, task_id, task_path)
-            return self._task_rows(head, writes, pending)
+            return task_rows(self.serde, head, writes, pending)
 
         query = self.INSERT_CHECKPOINT_WRITES_SQL
         async with self._recording(config), self._cursor(pipeline=True) as cur:
             if isinstance(cur, _Recorder):
-                cur.later(query, task_rows, many=True)
+                cur.later(query, rows_of_task, many=True)
             else:
-                await cur.executemany(query, task_rows())
-
-    def _task_rows(
-        self,
-        head: tuple[str, str, str, str, str],
-        writes: Sequence[tuple[str, Any]],
-        pending: _Pending | None,
-    ) -> list[tuple[str, str, str, str, str, int, str, str, bytes]]:
-        """Return the rows of a task's writes (`head`: thread, namespace, checkpoint, task,
-        path); a deferred thread's `pending` notes the long ones, for references."""
-        checkpoint_id, task_id = head[2], head[3]
-        if pending is not None and pending.written_at != checkpoint_id:
-            pending.written_at, pending.written = checkpoint_id, {}
-        rows: list[tuple[str, str, str, str, str, int, str, str, bytes]] = []
-        small: list[tuple[int, str, Any, str, bytes]] = []
-        for idx, (channel, value) in enumerate(writes):
-            kind, data = self.serde.dumps_typed(value)
-            if channel in WRITES_IDX_MAP or channel == TASKS:
-                rows.append((*head, WRITES_IDX_MAP.get(channel, idx), channel, kind, data))
-            elif len(data) >= OWN_ROW_FROM:
-                rows.append((*head, idx, channel, kind, data))
-                if pending is not None:
-                    entry = (value, kind, data, task_id, idx)
-                    pending.written.setdefault(channel, []).append(entry)
-            else:
-                small.append((idx, channel, value, kind, data))
-        if len(small) == 1:
-            idx, channel, _, kind, data = small[0]
-            rows.append((*head, idx, channel, kind, data))
-        elif small:
-            packed = [[idx, channel, value] for idx, channel, value, _, _ in small]
-            rows.append((*head, small[0][0], PACKED, *self.serde.dumps_typed(packed)))
-        return rows
-
-    def _load_writes(
-        self, writes: list[tuple[bytes, bytes, bytes, bytes, bytes, bytes]] | None
-    ) -> list[tuple[str, str, Any]]:
-        """Read a checkpoint's task writes, a packed row as the writes it holds."""
-        loaded: list[tuple[tuple[Any, ...], str, str, Any]] = []
-        for task, channel, kind, data, path, idx in writes or []:
-            task_id, task_path = task.decode(), path.decode()
-            value = self.serde.loads_typed((kind.decode(), data))
-            if channel.decode() == PACKED:
-                for i, name, item in value:
-                    loaded.append((writes_sort_key(task_path, task_id, i), task_id, name, item))
-            else:
-                key = writes_sort_key(task_path, task_id, int(idx))
-                loaded.append((key, task_id, channel.decode(), value))
-        loaded.sort(key=lambda w: w[0])
-        return [(task_id, channel, value) for _, task_id, channel, value in loaded]
-
-    def _load_blobs(self, blob_values: list[tuple[bytes, bytes, bytes]]) -> dict[str, Any]:
-        # A reference whose write is gone (a flush that failed) reads as no value.
-        return {
-            k.decode(): self.serde.loads_typed((t.decode(), v))
-            for k, t, v in blob_values or []
-            if t.decode() != "empty" and not t.decode().startswith(REF)
-        }
+                await cur.executemany(query, rows_of_task())
 
     async def _load_checkpoint_tuple(self, value: DictRow) -> CheckpointTuple:
         # As AsyncPostgresSaver's, without a thread hop to read the writes.
@@ -411,14 +329,14 @@ class PooledPostgresSaver(AsyncPostgresSaver):
         checkpoint = cast(Checkpoint, dict(value["checkpoint"]))
         checkpoint["channel_values"] = {
             **(checkpoint.get("channel_values") or {}),
-            **self._load_blobs(value["channel_values"]),
+            **load_blobs(self.serde, value["channel_values"]),
         }
         return CheckpointTuple(
             {"configurable": conf},
             checkpoint,
             value["metadata"],
             {"configurable": {**conf, "checkpoint_id": parent}} if parent else None,
-            self._load_writes(value["pending_writes"]),
+            load_writes(self.serde, value["pending_writes"]),
         )
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
