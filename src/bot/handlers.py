@@ -118,8 +118,11 @@ async def on_text(update: Update, context: Context) -> None:
     if refusal is not None:
         await say(message, refusal)
         return
+    # A forwarded text is someone else's words: stored as such (meta `media: ["forward"]`),
+    # so memory never takes a preference or a constraint of the user's from it.
+    forwarded = MediaTurn(kinds=["forward"]) if message.forward_origin is not None else None
     async with state.order.hold(message.chat_id):
-        await answer(update, context, text)
+        await answer(update, context, text, forwarded)
 
 
 async def on_media(update: Update, context: Context) -> None:

@@ -112,3 +112,30 @@ async def test_pages_turn_past_the_first_hundred_facts(start_bot: Any, tg: FakeB
         tg.push_callback(ANN, ANN, listing["message_id"], turn, language_code="en")
         await answer_to(tg, count)  # answered after the page was shown
     assert seen == {f["key"] for f in facts}
+
+
+async def test_a_forwarded_text_is_stored_as_someone_elses_words(
+    start_bot: Any, tg: FakeBotAPI, llm: Any
+) -> None:
+    """A preference asked for from a forwarded text is not the user's say: the message is
+    stored as a forward, and remember_fact keeps what it asked for as a hypothesis."""
+    bot = await start_bot()
+    chat_model = bot.runtime.settings.llm_model
+    remember = {"name": "remember_fact", "args": {"key": "tea", "value": "oolong"}}
+    remember["args"]["type"] = "preference"
+    llm.script_for(chat_model, {"tool_calls": [remember]}, "Noted.")
+    message = tg._message(ANN, language_code="en") | {"text": "I always drink oolong"}
+    message["forward_origin"] = {
+        "type": "user",
+        "date": 1_700_000_000,
+        "sender_user": {"id": BOB, "is_bot": False, "first_name": "Bob"},
+    }
+    tg.push_update({"message": message})
+    await tg.await_messages(ANN, 1)
+    conversation = await bot.runtime.deps.conversations.get_or_create_conversation(ANN)
+    rows = await bot.runtime.deps.conversations.load_last_messages(conversation, 10)
+    stored = [r for r in rows if r["role"] == "user"]
+    assert stored and stored[0]["meta"] == {"media": ["forward"]}
+    await until(lambda: bool(llm.requests_for(chat_model)))
+    facts = await bot.runtime.deps.memory.list_facts(ANN)
+    assert [(f["key"], f["type"]) for f in facts] == [("tea", "hypothesis")]

@@ -21,9 +21,8 @@ Whose words: a preference or a constraint is the user's to state, so it needs th
 user's own words. The transcript the extractor reads puts each message on one line (its
 line breaks collapsed) and labels it: `[user]` for what the user typed or said in a
 voice note, `[shared]` for what they passed on (a document's text, a photo's
-description, an audio file, a message whose meta marks it `forwarded`; the bot does not
-mark forwards yet, so a forwarded text still reads as typed), `[assistant]` for the
-assistant (tool results never carry facts). So a line that starts with
+description, an audio file, a forwarded text, stored with `media: ["forward"]`),
+`[assistant]` for the assistant (tool results never carry facts). So a line that starts with
 `[user]:` always starts a message in the user's own words, and no document can forge
 one. The prompt asks for preferences and constraints from `[user]` lines only, and the
 code holds to it where it can tell: from a batch without a `[user]` line, a preference
