@@ -212,6 +212,9 @@ class TurnContext:
             # failed, this turn's own fold tries again.
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(running), JOIN_FOLD_SECONDS)
+            if not running.done():
+                logger.warning("a fold of %s is still under way: not waited for", conversation_id)
+                return False
         for attempt in range(1, SYNC_FOLD_TRIES + 1):
             task = deps.runs.start(
                 key,
