@@ -26,8 +26,8 @@ said so far as done for facts: nothing said before it comes back as a fact or a 
 
 `erase` does the same for everything the bot keeps about the owner (erasure_repo.py:
 messages, summaries, facts and their history, compacts, embeddings, squash logs,
-checkpoints, what the chat's inbox and outbox hold, kept texts, the owner's row; usage
-totals stay without the ids that led to what was said), and first cancels the owner's
+checkpoints, the chat's inbox and outbox rows, kept texts, the owner's row; usage stays
+as daily totals, with the owner id only for the current budget month), and first cancels the owner's
 memory work running in this process (the epoch stops the rest).
 """
 
@@ -39,6 +39,7 @@ from collections.abc import Iterable
 
 from src.graph.deps import GraphDeps
 from src.graph.memory.epoch import WorkEpoch
+from src.services.budget import month_start
 from src.services.texts import t
 from src.services.turn_lock import TurnLocks
 from src.storage.checkpoint_redaction import Needles
@@ -94,7 +95,9 @@ class MemoryEraser:
             conversations = await self.deps.conversations.conversation_ids(owner)
             cancelled = self.deps.runs.cancel(_run_keys(conversations))
             await self._settle(conversations)
-            erased = await self.repo.erase(owner, current_update)
+            settings = self.deps.settings
+            since = month_start(self.deps.clock(), settings)
+            erased = await self.repo.erase(owner, since, settings.timezone, current_update)
         logger.info(
             "erased %s: %d messages, %d facts, %d compacts, %d checkpoint threads;"
             " %d memory runs cancelled",

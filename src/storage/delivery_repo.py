@@ -13,10 +13,13 @@ from src.storage.base import Conn, Repository, clean_text
 # The queue's job for each new update is deferred in the transaction that stores it:
 # procrastinate's own SQL function (its public, versioned defer procedure), so a crash
 # leaves either both or neither. Jobs of one chat share a lock: procrastinate runs them
-# one at a time, in the order they were deferred, across every worker process.
+# one at a time, in the order they were deferred, across every worker process. An update
+# whose row /erase deleted (its id kept in `inbox_erased`) is refused like a stored one.
 STORE_UPDATES = """
 INSERT INTO inbox (update_id, chat_id, payload, media_group_id)
-SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::text[])
+SELECT u.* FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::text[])
+    AS u(update_id, chat_id, payload, media_group_id)
+WHERE NOT EXISTS (SELECT 1 FROM inbox_erased e WHERE e.update_id = u.update_id)
 ORDER BY 1
 ON CONFLICT (update_id) DO NOTHING
 RETURNING update_id, chat_id
@@ -48,7 +51,8 @@ WHERE update_id = ANY(%s) AND done_at IS NULL
 # A redelivery is refused by update_id for as long as the row is kept: Telegram keeps an
 # unacknowledged update for 24 hours, so two days is safely past any redelivery.
 PRUNE = """
-WITH gone AS (DELETE FROM inbox WHERE done_at < now() - %s)
+WITH gone AS (DELETE FROM inbox WHERE done_at < now() - %s),
+erased AS (DELETE FROM inbox_erased WHERE erased_at < now() - %s)
 DELETE FROM outbox WHERE status <> 'pending' AND created_at < now() - %s
 """
 
@@ -201,10 +205,10 @@ class DeliveryRepository(Repository):
             await conn.execute(FINISH, (update_id,))
 
     async def prune(self, keep: timedelta = KEEP_UPDATES) -> int:
-        """Delete processed updates and closed replies older than `keep`; return the
-        replies deleted."""
+        """Delete processed updates, erased updates' ids and closed replies older than
+        `keep`; return the replies deleted."""
         async with self._conn() as conn:
-            return (await conn.execute(PRUNE, (keep, keep))).rowcount
+            return (await conn.execute(PRUNE, (keep, keep, keep))).rowcount
 
     async def add_reply(self, delivery: Delivery, text: str, conn: Conn | None = None) -> None:
         """Store the reply to the update, unless one is stored already."""

@@ -8,16 +8,18 @@ callers hold the owner's turn lock (src/services/erasure.py).
 `erase` deletes every row of the owner in every table of the schema that has an owner
 column (`telegram_user_id` or `owner_id`, found in the catalog: a table added later is
 erased too), the owner's checkpoint threads, and the chat's outbox rows (replies). Some
-rows stay, without what was said: `llm_calls` keeps the owner's usage totals (budgets
-and the operator's report count them) without the conversation and turn ids that led to
-it; the chat's `inbox` rows keep only their update ids until they are pruned, so that an
-update Telegram sends again is still refused; `turn_leases` keeps the lease the erase
-itself holds (released right after it).
+rows stay, without what was said: `llm_calls` keeps the owner's usage as daily totals
+(one row per day, purpose and model: no conversation, turn or single call), with the owner
+id only for the current budget period so that erasing never resets a budget; the chat's
+update ids stay, bare, in `inbox_erased` until they are pruned, so that an update Telegram
+sends again is still refused; `turn_leases` keeps the lease the erase itself holds
+(released right after it).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from psycopg import sql
@@ -84,18 +86,31 @@ DELETE_THREAD_ROWS = (
     "DELETE FROM checkpoint_blobs WHERE thread_id = ANY(%s)",
     "DELETE FROM checkpoints WHERE thread_id = ANY(%s)",
 )
-# The chat's updates lose what they held; their rows stay until the inbox's pruning
-# (src/storage/delivery_repo.py), so that Telegram sending one again is still refused.
-# An update not handled yet (it came after the erase) stays to be answered, except
-# `current` (the one asking for the erase).
-BLANK_INBOX = """
-UPDATE inbox SET payload = '{}', message_id = NULL, media_group_id = NULL
-WHERE chat_id = %s AND (done_at IS NOT NULL OR update_id = %s)
+# The chat's updates go; their ids stay, bare, in `inbox_erased` until the inbox's pruning
+# (src/storage/delivery_repo.py), so that Telegram sending one again is still refused. An
+# update not handled yet (it came after the erase) stays to be answered, except `current`
+# (the one asking for the erase).
+DELETE_INBOX = """
+WITH gone AS (
+    DELETE FROM inbox WHERE chat_id = %s AND (done_at IS NOT NULL OR update_id = %s)
+    RETURNING update_id
+)
+INSERT INTO inbox_erased (update_id) SELECT update_id FROM gone ON CONFLICT DO NOTHING
 """
 DELETE_OUTBOX = "DELETE FROM outbox WHERE chat_id = %s"
-ANONYMIZE_CALLS = """
-UPDATE llm_calls SET conversation_id = NULL, turn_id = NULL
-WHERE owner_id = %s AND (conversation_id IS NOT NULL OR turn_id IS NOT NULL)
+# The owner's model calls become one row per day (of `zone`), purpose, model, status and
+# estimate, without conversation, turn, latency or error: the budgets of the current
+# period still count them (erasing must not reset a budget); rows of days before
+# `kept_since` (the budget's month) lose the owner id too.
+COLLAPSE_CALLS = """
+WITH gone AS (DELETE FROM llm_calls WHERE owner_id = %(owner)s RETURNING *)
+INSERT INTO llm_calls (at, owner_id, purpose, model, input_tokens, cached_tokens,
+    output_tokens, audio_seconds, estimated, status, calls)
+SELECT max(at), CASE WHEN max(at) >= %(kept_since)s THEN %(owner)s::bigint END, purpose, model,
+    sum(input_tokens), sum(cached_tokens), sum(output_tokens), sum(audio_seconds), estimated,
+    status, sum(calls)
+FROM gone
+GROUP BY date_trunc('day', at, %(zone)s), purpose, model, estimated, status
 """
 
 
@@ -186,9 +201,17 @@ class ErasureRepository(Repository):
         async with self._conn(conn) as c, c.transaction():
             return await redact_owner(c, owner, needles)
 
-    async def erase(self, owner: int, current_update: int | None = None) -> Erased:
+    async def erase(
+        self,
+        owner: int,
+        kept_since: datetime,
+        zone: str = "UTC",
+        current_update: int | None = None,
+    ) -> Erased:
         """Delete everything of the owner (see the module's doc) in one transaction;
-        `current_update`: the update asking for it, whose inbox row goes too."""
+        `kept_since`: the start of the budget period whose usage totals keep the owner's id;
+        `zone`: the time zone of the totals' days; `current_update`: the update asking for
+        it, whose inbox row goes too."""
         erased = Erased()
         async with self._conn() as c, c.transaction():
             await c.execute(LOCK_CONVERSATIONS, (owner,))
@@ -204,9 +227,10 @@ class ErasureRepository(Repository):
                 )
                 cur = await c.execute(query, (owner,))
                 erased.rows[table] = erased.rows.get(table, 0) + cur.rowcount
-            erased.rows["inbox"] = (await c.execute(BLANK_INBOX, (owner, current_update))).rowcount
+            erased.rows["inbox"] = (await c.execute(DELETE_INBOX, (owner, current_update))).rowcount
             erased.rows["outbox"] = (await c.execute(DELETE_OUTBOX, (owner,))).rowcount
-            await c.execute(ANONYMIZE_CALLS, (owner,))
+            totals = {"owner": owner, "kept_since": kept_since, "zone": zone}
+            await c.execute(COLLAPSE_CALLS, totals)
         return erased
 
     async def _owner_tables(self, conn: Conn) -> list[tuple[str, str]]:

@@ -44,7 +44,7 @@ SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY"
 # Usage totals by month (UTC) and model.
 SELECT_USAGE = """
 SELECT to_char(date_trunc('month', at AT TIME ZONE 'UTC'), 'YYYY-MM') AS month, model,
-       count(*) AS calls, sum(input_tokens)::bigint AS input_tokens,
+       sum(calls)::bigint AS calls, sum(input_tokens)::bigint AS input_tokens,
        sum(output_tokens)::bigint AS output_tokens
 FROM llm_calls WHERE owner_id = %s GROUP BY 1, 2 ORDER BY 1, 2
 """

@@ -19,12 +19,14 @@ SELECT %(owner_id)s, %(conversation_id)s, %(turn_id)s, %(purpose)s, %(model)s,
     %(estimated)s, %(latency_ms)s, %(status)s, %(error_class)s
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
 """
-# The sums of a set of calls, by model (prices are per model).
+# The sums of a set of calls, by model (prices are per model). A row may count several
+# calls (`calls`): /erase collapses an owner's calls into daily totals.
 SUMS = """
-count(*) AS calls, sum(input_tokens)::bigint AS input_tokens,
+sum(calls)::bigint AS calls, sum(input_tokens)::bigint AS input_tokens,
 sum(cached_tokens)::bigint AS cached_tokens, sum(output_tokens)::bigint AS output_tokens,
 coalesce(sum(audio_seconds), 0)::float AS audio_seconds,
-count(*) FILTER (WHERE estimated) AS estimated, count(*) FILTER (WHERE status = 'error') AS errors
+coalesce(sum(calls) FILTER (WHERE estimated), 0)::bigint AS estimated,
+coalesce(sum(calls) FILTER (WHERE status = 'error'), 0)::bigint AS errors
 """
 # Both periods in one index range scan over the owner's rows of the month.
 SPENT = """

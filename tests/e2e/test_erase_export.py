@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from src.bot.data_commands import ERASE_DATA
+from src.bot.state import state_of
 from src.services.texts import t
 from tests.db_scan import traces
 from tests.e2e.conftest import CHAT_MODEL, SIDE_MODEL, stored, until
@@ -79,7 +80,7 @@ async def test_export_then_erase_with_the_button(
 async def test_erase_yes_erases_at_once(
     start_bot: Any, tg: FakeBotAPI, llm: Any, pool: Any
 ) -> None:
-    await start_bot()
+    bot = await start_bot()
     llm.script_for(CHAT_MODEL, f"Noted: {MARK}.")
     assert (await say(tg, BOB, f"keep {MARK} for me"))["text"] == f"Noted: {MARK}."
     assert {"inbox.payload", "outbox.text"} <= set(await traces(pool, MARK))
@@ -87,3 +88,13 @@ async def test_erase_yes_erases_at_once(
     assert answer["text"] == t("erased", "en", messages=2, facts=0, compacts=0)
     assert await stored(pool, BOB) == []
     assert await traces(pool, MARK) == []
+    # The chat's updates are deleted, not blanked; Telegram sending them again (a
+    # redelivery after a crash) stores and answers nothing.
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT count(*) AS n FROM inbox WHERE chat_id = %s", (BOB,))
+        assert (await cur.fetchone())["n"] == 0
+    sent = [u for u in tg.pushed if u["message"]["chat"]["id"] == BOB]
+    assert len(sent) == 2
+    assert await state_of(bot.app).receiver.accept(sent) == 0
+    assert await stored(pool, BOB) == []
+    assert len(tg.messages_to(BOB)) == 2

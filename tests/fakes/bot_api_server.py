@@ -193,6 +193,8 @@ class FakeBotAPI(BackgroundAiohttpServer):
         self.webhook_url = ""
         self.drafts_supported = True
         self.updates: list[dict[str, Any]] = []
+        self.pushed: list[dict[str, Any]] = []
+        """A copy of every update queued, to deliver one again as Telegram may."""
         self.sent: list[dict[str, Any]] = []
         self.drafts: list[dict[str, Any]] = []
         self.markup_edits: list[dict[str, Any]] = []
@@ -327,7 +329,7 @@ class FakeBotAPI(BackgroundAiohttpServer):
         with self._lock:
             for items in (
                 self.sent, self.drafts, self.markup_edits, self.deleted, self.callback_answers,
-                self.actions, self.calls, self.updates, self.downloads,
+                self.actions, self.calls, self.updates, self.pushed, self.downloads,
             ):  # fmt: skip
                 items.clear()
             self._download_faults.clear()
@@ -410,6 +412,7 @@ class FakeBotAPI(BackgroundAiohttpServer):
         with self._lock:
             update.setdefault("update_id", next(self._update_ids))
             self.updates.append(update)
+            self.pushed.append(copy.deepcopy(update))
             self._changed.notify_all()
         loop, wakeup = self._loop, self._wakeup
         if self._thread is not None and loop is not None and wakeup is not None:

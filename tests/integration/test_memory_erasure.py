@@ -275,6 +275,10 @@ async def test_erase_leaves_no_trace_of_what_the_user_wrote(
     assert len(kept) == 2 and await facts_of(pool, other.owner_id) == ["pet=a cat"]
     calls = await rows(pool, "SELECT * FROM llm_calls WHERE owner_id = %s", who.owner_id)
     assert calls and all(c["conversation_id"] is None and c["turn_id"] is None for c in calls)
+    # One row per day, purpose, model and outcome: no single call is left.
+    assert all(c["latency_ms"] is None for c in calls)
+    keys = {(c["at"].date(), c["purpose"], c["model"], c["status"], c["estimated"]) for c in calls}
+    assert len(calls) == len(keys) and sum(c["calls"] for c in calls) > len(calls)
     # The owner can start again, from nothing.
     assert (await rt.service.handle_message(who, "hello")).ok
     assert (await rt.service.memory_report(who))["facts"] == []
@@ -327,3 +331,49 @@ async def test_the_terminal_chat_exports_and_erases_after_confirmation(
     said = await answer_line(rt.service, who, "/erase yes")
     assert said == t("erased", "en", messages=2, facts=0, compacts=0)
     assert await traces(pool, MARK) == []
+
+
+async def test_erase_keeps_usage_as_daily_totals_and_the_budget_as_spent(
+    runtime_factory: Any, llm: Any, pool: Any
+) -> None:
+    """/erase leaves the owner's model calls as daily totals: the same tokens and calls,
+    one row per day, purpose and model, no conversation or turn; the budget of the month
+    counts them still (erasing does not reset it), and days before the month keep no id."""
+    llm.default_reply = "noted"
+    rt = await runtime_factory(facts_every=1)
+    who = person()
+    for text in ("one", "two", "three"):
+        assert (await rt.service.handle_message(who, text)).ok
+        await rt.service.drain()
+    old = rt.deps.clock() - timedelta(days=70)
+    async with pool.connection() as conn:
+        await conn.execute(
+            "INSERT INTO llm_calls (at, owner_id, purpose, model, input_tokens, output_tokens)"
+            " VALUES (%s, %s, 'reply', 'old-model', 1000, 10), (%s, %s, 'reply', 'old-model',"
+            " 500, 5)",
+            (old, who.owner_id, old + timedelta(minutes=1), who.owner_id),
+        )
+    totals = """
+    SELECT sum(calls)::int AS calls, sum(input_tokens)::int AS input,
+           sum(output_tokens)::int AS output, count(*)::int AS rows
+    FROM llm_calls WHERE owner_id = %s AND model <> 'old-model'
+    """
+    before = (await rows(pool, totals, who.owner_id))[0]
+    assert before["rows"] >= 3 and before["calls"] == before["rows"]
+    assert rt.service.usage is not None
+    budget = rt.service.usage.budget
+    spent = await budget.spent(who.owner_id)
+    assert spent.month > 0
+
+    await rt.service.erase(who)
+
+    after = (await rows(pool, totals, who.owner_id))[0]
+    assert (after["calls"], after["input"], after["output"]) == (
+        before["calls"],
+        before["input"],
+        before["output"],
+    )
+    assert after["rows"] < before["rows"]
+    assert (await budget.spent(who.owner_id)).month == spent.month
+    ids = "SELECT owner_id, calls, input_tokens FROM llm_calls WHERE model = 'old-model'"
+    assert await rows(pool, ids) == [{"owner_id": None, "calls": 2, "input_tokens": 1500}]
