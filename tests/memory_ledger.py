@@ -47,7 +47,8 @@ class Ledger:
     replaced: dict[str, list[str]] = field(default_factory=dict)
     covers: dict[str, set[str]] = field(default_factory=dict)
     links: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
-    """Per summary written: the summary it extended, and the user messages it read itself."""
+    """Per summary written: the summary it extended, and the tokens it read (user messages
+    and squash summaries, expanded when counted)."""
 
     def reply(self, request: dict[str, Any]) -> str:
         """Answer as the memory model, recording the request (use as a fake reply)."""
@@ -65,8 +66,8 @@ class Ledger:
             return section(prompt, "Summary:\n", "\n\nAnswer with").strip(), []
         old = section(prompt, "Current summary (empty at first):\n", "\n\nNew messages:")
         new = transcript(section(prompt, "New messages:\n", "\n\nRules:"))
-        users = [t for role, text in new if role == "user" for t in TOKEN.findall(text)]
-        return old.strip(), [t for t in users if t.startswith("u")]
+        read = [t for role, text in new if role in ("user", "summary") for t in TOKEN.findall(text)]
+        return old.strip(), read
 
     def _answer_for(self, summary: str, table: dict[str, Any]) -> str | None:
         text = summary.strip().removeprefix("… ").strip()
@@ -77,14 +78,15 @@ class Ledger:
 
     def folded_along(self, summary: str) -> Counter[str]:
         """Count, per user message, the folds along the chain of summaries that made the
-        stored `summary` which read the message itself (a discarded fold is not on it)."""
+        stored `summary` which read the message, itself or through a squash summary (a
+        discarded fold is not on it)."""
         counts: Counter[str] = Counter()
         seen: set[str] = set()
         answer = self._answer_for(summary, self.links)
         while answer is not None and answer not in seen:
             seen.add(answer)
-            previous, users = self.links[answer]
-            counts.update(users)
+            previous, read = self.links[answer]
+            counts.update(u for t in read for u in self.expand(t))
             answer = self._answer_for(previous, self.links) if previous != "(empty)" else None
         return counts
 

@@ -57,6 +57,11 @@ MESSAGE = """
 SELECT id, number, role, content, created_at, meta, summarized, facts_extracted
 FROM messages WHERE id = %s AND conversation_id = %s AND squashed_at IS NULL
 """
+# Messages by id, squashed ones too (what a squash summary stands for), in thread order.
+MESSAGES_BY_ID = """
+SELECT id, number, role, content, created_at, meta, summarized, facts_extracted
+FROM messages WHERE conversation_id = %s AND id = ANY(%s) ORDER BY created_at, id
+"""
 # Uses messages_conv_live_idx: cost depends on `limit`, not on the history's length.
 LOAD_LAST_MESSAGES = """
 SELECT * FROM (
@@ -225,6 +230,16 @@ class ConversationRepository(Repository):
         async with self._conn(conn) as c:
             cur = await c.execute(MESSAGE, (message_id, conversation_id))
             return await cur.fetchone()
+
+    async def messages_by_id(
+        self, conversation_id: uuid.UUID, ids: list[int], conn: Conn | None = None
+    ) -> dict[int, dict[str, Any]]:
+        """Return the conversation's messages with these ids (squashed ones too), by id."""
+        if not ids:
+            return {}
+        async with self._conn(conn) as c:
+            cur = await c.execute(MESSAGES_BY_ID, (conversation_id, list(ids)))
+            return {r["id"]: r for r in await cur.fetchall()}
 
     async def load_last_messages(
         self, conversation_id: uuid.UUID, limit: int = 30, conn: Conn | None = None

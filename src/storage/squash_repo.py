@@ -34,7 +34,10 @@ WHERE conversation_id = %s AND id = ANY(%s)
 # exactly where the run stood (only the squashed original can tie with it). The summary
 # is the model's text, so it is an assistant message (never system: it is no instruction),
 # and it inherits the memory marks of what it replaced: it reaches the summarizer and the
-# fact extractor only if some of the originals had not.
+# fact extractor only if some of the originals had not. When the running summary already
+# holds some of them, the summary's text must not be folded (it would fold those twice):
+# its meta names what the running summary still lacks (`unfolded`, see `unfolded_ids`),
+# and the summarizer folds those originals in its stead.
 INSERT_SUMMARY = """
 INSERT INTO messages
     (conversation_id, number, role, content, created_at, meta, summarized, facts_extracted)
@@ -63,6 +66,23 @@ SELECT id, conversation_id, replaced_ids, replaced_numbers, summary_message_id, 
        requested_by, created_at
 FROM squash_log WHERE conversation_id = %s ORDER BY created_at, id
 """
+
+
+def unfolded_ids(row: dict[str, Any]) -> list[int] | None:
+    """Return the ids of the originals a squash summary row stands for that the running
+    summary does not hold yet, when it must fold them in its stead; else None (a message,
+    or a summary whose own text may be folded)."""
+    found = ((row.get("meta") or {}).get("frs_summary") or {}).get("unfolded")
+    return [int(i) for i in found] if isinstance(found, list) else None
+
+
+def _unfolded_of_run(rows: list[dict[str, Any]]) -> list[int] | None:
+    """Return what the summary of `rows` must fold in its stead (see `unfolded_ids`): None
+    when the running summary holds none of them, even through an earlier squash."""
+    if not any(r["summarized"] or unfolded_ids(r) is not None for r in rows):
+        return None
+    lacking = [r for r in rows if not r["summarized"]]
+    return [i for r in lacking for i in (unfolded_ids(r) or [r["id"]])]
 
 
 class SquashConflict(Exception):
@@ -118,7 +138,10 @@ class SquashRepository(Repository):
             ).fetchone()
             assert log is not None
             await c.execute(MARK_SQUASHED, (log["created_at"], log["id"], conversation_id, ids))
-            meta = {"frs_summary": {"squash_id": log["id"], "replaced": len(rows)}}
+            meta: dict[str, Any] = {"squash_id": log["id"], "replaced": len(rows)}
+            unfolded = _unfolded_of_run(rows)
+            if unfolded:
+                meta["unfolded"] = unfolded
             summary_row = await (
                 await c.execute(
                     INSERT_SUMMARY,
@@ -127,7 +150,7 @@ class SquashRepository(Repository):
                         first["number"],
                         text,
                         first["created_at"],
-                        Jsonb(clean_json(meta)),
+                        Jsonb(clean_json({"frs_summary": meta})),
                         all(r["summarized"] for r in rows),
                         all(r["facts_extracted"] for r in rows),
                     ),

@@ -164,6 +164,17 @@ class Run:
 # Found by this test: the summary model failed while a long message had to be folded (the
 # background fold and the turn's own fold each met a failure).
 @example(ops=[("turn",), ("turn",), ("long",), ("fail", 2), ("long",)])
+# A squash over the fold edge (some of its messages folded ahead, some not), squashed again.
+@example(
+    ops=[("turn",)] * 5
+    + [("compress_range", 1, 4), ("turn",), ("compress_last", 3)]
+    + [("turn",)] * 5
+)
+@example(
+    ops=[("turn",)] * 5
+    + [("compress_range", 3, 3), ("turn",), ("compress_range", 1, 3)]
+    + [("turn",)] * 5
+)
 async def test_every_request_carries_every_message_or_its_summary(
     runtime_factory: Any, llm: Any, pool: Any, ops: list[tuple[Any, ...]]
 ) -> None:
@@ -187,8 +198,9 @@ async def test_every_request_carries_every_message_or_its_summary(
     await run.check()
     await rt.service.drain()  # nothing of this example answers in the next one's ledger
     # Never folded twice: along the chain of summaries that made the stored one, a user
-    # message is read itself at most once (a squash summary of messages some of which
-    # were folded may repeat them; a fold whose write lost to another is not on it).
+    # message is read at most once, itself or through a squash summary (one of messages
+    # some of which were folded is read as the others; a fold whose write lost to
+    # another is not on it).
     conv = await rt.deps.conversations.get_or_create_conversation(run.who.owner_id)
     stored = (await rt.deps.conversations.get_conversation(conv))["summary"]
     along = ledger.folded_along(stored)

@@ -35,6 +35,7 @@ from src.graph.memory.window import LAG_FACTOR, WindowRule, due, window_size
 from src.graph.model_calls import call_config
 from src.graph.output_caps import summary_tokens, was_cut, with_output_cap
 from src.graph.tokens import TokenCounter
+from src.storage.squash_repo import unfolded_ids
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +47,9 @@ PROMPT_RESERVE = 600
 REFUSED_PLACEHOLDER = "[a message the memory model refused]"
 
 Row = dict[str, Any]
+# The key of a squash summary row under which `Fold.standing_in` puts the originals the
+# summarizer reads in its stead.
+ORIGINALS = "originals"
 
 
 @dataclass(frozen=True)
@@ -83,7 +87,13 @@ def window_rule(settings: Settings, size: int, limits: SummaryLimits) -> WindowR
 
 def row_lines(row: Row, limits: SummaryLimits, counter: TokenCounter) -> list[str]:
     """Return a message as the summarizer reads it: one `[role]: text` line, or, when it
-    is longer than a batch, several lines marked `(part i/n)` that together hold it all."""
+    is longer than a batch, several lines marked `(part i/n)` that together hold it all.
+    A squash summary standing in for `originals` (see `Fold.standing_in`) reads as them."""
+    originals = row.get(ORIGINALS)
+    if originals is not None:
+        lines = [line for o in originals for line in row_lines(o, limits, counter)]
+        joined = "\n".join(lines)
+        return [joined] if lines and counter.count(joined) <= limits.batch else lines
     whole = transcript_line(row, 10**9, counter)
     if counter.count(whole) <= limits.batch:
         return [whole]
@@ -184,6 +194,7 @@ class Fold:
         a placeholder; transient errors propagate with nothing more marked.
         """
         folded = 0
+        rows = await self.standing_in(rows)
         while rows:
             taken, segments = take_segments(rows, self.limits, self.deps.counter)
             try:
@@ -201,6 +212,26 @@ class Fold:
                 summary, folded = text, folded + len(taken)
             rows = rows[len(taken) :]
         return summary, folded
+
+    async def standing_in(self, rows: list[Row]) -> list[Row]:
+        """Return `rows`, each squash summary whose run the running summary partly holds
+        already carrying the originals it still lacks (squash_repo.unfolded_ids): those
+        are read in its stead, so nothing reaches the summary twice."""
+        wanted = {
+            r["id"]: ids
+            for r in rows
+            if ORIGINALS not in r and (ids := unfolded_ids(r)) is not None
+        }
+        if not wanted:
+            return rows
+        every = [i for ids in wanted.values() for i in ids]
+        found = await self.deps.conversations.messages_by_id(self.conversation_id, every)
+        return [
+            {**r, ORIGINALS: [found[i] for i in wanted[r["id"]] if i in found]}
+            if r["id"] in wanted
+            else r
+            for r in rows
+        ]
 
     async def refused(self, summary: str, rows: list[Row]) -> tuple[str, int]:
         """Fold rows one of which the model refused: by halves, the refused one as a
