@@ -37,6 +37,10 @@ private chats only (a group gets 400 "TEXTDRAFT_PEER_INVALID"), a non-zero integ
 characters after formatting; an empty text is the "Thinking..." placeholder. With
 `drafts_supported = False` the method is unknown (404), like an older self-hosted server.
 
+Command menus: kept per scope and language, validated as Telegram does (see
+`tests.fakes.bot_api_commands`); `menu(chat_id, user_id, language_code)` is the list a user
+sees in that chat, found through Telegram's order of scopes.
+
 Inline keyboards: a bot message keeps the inline keyboard it was sent or last edited with;
 editMessageText without `reply_markup` removes it, as on Telegram, and "message is not
 modified" compares the text (with its formatting) and the keyboard. `push_callback` presses
@@ -59,6 +63,7 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.bot_api_commands import commands_problem, menu_for, menu_key, scope_of
 from tests.fakes.bot_api_files import FileStore, guess_mime
 from tests.fakes.bot_api_markup import (
     callback_data_of,
@@ -807,23 +812,55 @@ class FakeBotAPI(BackgroundAiohttpServer):
         info = {"url": self.webhook_url, "has_custom_certificate": False}
         return info | {"pending_update_count": pending}
 
-    def _commands_key(self, params: dict[str, Any]) -> str:
-        scope = params.get("scope") or {"type": "default"}
-        return json.dumps([scope, params.get("language_code") or ""], sort_keys=True)
+    def _menu_request(self, params: dict[str, Any], setting: bool = False) -> Any:
+        """Return (the key of the list a command-menu request names, None), or (None, error)."""
+        with self._lock:
+            problem = commands_problem(params, self._chats, setting=setting)
+        if problem is not None:
+            return None, _fail(400, problem)
+        return menu_key(scope_of(params), params.get("language_code") or ""), None
 
     async def _m_setmycommands(self, params: dict[str, Any]) -> Any:
+        key, error = self._menu_request(params, setting=True)
+        if error is not None:
+            return error
+        kept = [
+            {"command": str(c["command"]).strip().removeprefix("/")}
+            | {"description": str(c["description"]).strip()}
+            for c in params.get("commands") or []
+        ]
         with self._lock:
-            self.commands[self._commands_key(params)] = params.get("commands") or []
+            if kept:
+                self.commands[key] = kept
+            else:  # an empty list deletes the menu, as Telegram does
+                self.commands.pop(key, None)
         return True
 
     async def _m_getmycommands(self, params: dict[str, Any]) -> Any:
+        key, error = self._menu_request(params)
+        if error is not None:
+            return error
         with self._lock:
-            return self.commands.get(self._commands_key(params), [])
+            return copy.deepcopy(self.commands.get(key, []))
 
     async def _m_deletemycommands(self, params: dict[str, Any]) -> Any:
+        key, error = self._menu_request(params)
+        if error is not None:
+            return error
         with self._lock:
-            self.commands.pop(self._commands_key(params), None)
+            self.commands.pop(key, None)
         return True
+
+    def menu(self, chat_id: int, user_id: int, language_code: str | None = None) -> dict[str, str]:
+        """Return the commands `user_id` sees in the menu of `chat_id`, each with its
+        description (see `menu_for`)."""
+        with self._lock:
+            chat = self._chats.get(chat_id) or {"id": chat_id, "type": "private"}
+            status = self._members.get(chat_id, {}).get(user_id)
+            found = menu_for(
+                self.commands, chat, user_id, language_code, status in ("creator", "administrator")
+            )
+            return {c["command"]: c["description"] for c in found}
 
     async def _m_getfile(self, params: dict[str, Any]) -> Any:
         stored = self.files.get(str(params.get("file_id") or ""))
