@@ -94,6 +94,7 @@ async def _post_init(app: App) -> None:
             "the bot is open to everyone: set ALLOWED_USER_IDS or ADMIN_USER_IDS to close it"
         )
     await publish_menus(app.bot)
+    await state.media.check_transcription()
     schedule_jobs(app, state)
     logger.info("bot @%s ready", app.bot.username)
 

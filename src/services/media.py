@@ -100,6 +100,25 @@ class MediaReader:
             Transcriber(deps.settings, recorder) if deps.settings.transcription_on else None
         )
 
+    async def check_transcription(self) -> None:
+        """Probe the transcription endpoint; one that has none turns transcription off, so
+        voice notes get "not transcribed here" rather than a failure each."""
+        if self.transcriber is None:
+            return
+        missing = await self.transcriber.probe()
+        if missing is None:
+            return
+        logger.warning(
+            "transcription is off: %s answered %s for TRANSCRIBE_MODEL=%s"
+            " (set TRANSCRIBE_BASE_URL to a speech-to-text endpoint, or TRANSCRIBE_MODEL= to"
+            " silence this)",
+            self.transcriber.client.base_url,
+            missing,
+            self.transcriber.model,
+        )
+        await self.transcriber.close()
+        self.transcriber = None
+
     async def read(
         self, uploads: list[Upload], caption: str, lang: str | None, owner_id: int | None = None
     ) -> MediaTurn:

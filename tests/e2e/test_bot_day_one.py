@@ -7,9 +7,14 @@ The real Application against the fake Bot API, the fake model and real PostgreSQ
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import pytest
+
 from src.services.texts import t
+from tests.e2e.conftest import CHAT_MODEL
+from tests.fakes.audio import fake_speech
 from tests.fakes.bot_api_server import FakeBotAPI
 
 ANN, BEN, OLES = 3401, 3402, 3403
@@ -44,3 +49,39 @@ async def test_command_menus_fit_the_chat_and_who_asks(start_bot: Any, tg: FakeB
     admin = tg.menu(GROUP, BEN, "ru")
     assert {"new", "forget", "compress", "model", "export", "erase"} <= set(admin)
     assert admin["new"] == t("cmd_new", "ru") and "mute" not in admin
+
+
+# --- voice notes (item 11) -----------------------------------------------------------------
+
+
+async def test_a_voice_note_reaches_gpt_4o_mini_transcribe_as_ogg(
+    start_bot: Any, tg: FakeBotAPI, llm: Any
+) -> None:
+    await start_bot(transcribe_model="gpt-4o-mini-transcribe")
+    llm.script_for(CHAT_MODEL, "Noted: milk.")
+    tg.push_voice(ANN, fake_speech("buy milk"), duration=2, language_code="en")
+    heard, answer = await tg.await_messages(ANN, 2)
+    assert heard["text"] == t("heard", "en", text="buy milk")
+    assert answer["text"] == "Noted: milk."
+    probe, request = llm.transcriptions  # the probe at start is refused before any work
+    assert probe["file_name"] is None and probe["status"] == 400
+    assert request["file_name"].endswith(".ogg") and request["status"] == 200
+
+
+async def test_an_endpoint_without_transcription_turns_it_off_at_start(
+    start_bot: Any, tg: FakeBotAPI, llm: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    llm.transcriptions_supported = False  # a local server with chat and no speech-to-text
+    with caplog.at_level(logging.WARNING, logger="src.services.media"):
+        await start_bot()
+    [line] = [r.getMessage() for r in caplog.records if "transcription is off" in r.getMessage()]
+    assert "404" in line and "TRANSCRIBE_MODEL=whisper-1" in line
+    tg.push_voice(ANN, fake_speech("hello"), language_code="en")
+    [answer] = await tg.await_messages(ANN, 1)
+    assert answer["text"] == t("voice_off", "en")  # not "try again": it never will work
+    llm.script_for(CHAT_MODEL, "Got the caption.")
+    tg.push_voice(ANN, fake_speech("hello"), caption="see the caption", language_code="en")
+    assert [m["text"] for m in await tg.await_messages(ANN, 3)][1:] == [
+        t("voice_off", "en"),
+        "Got the caption.",
+    ]
