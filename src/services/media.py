@@ -23,7 +23,7 @@ from src.graph.lang import lang_of
 from src.graph.model_calls import call_config
 from src.graph.output_caps import with_output_cap
 from src.media.documents import Document, DocumentError, extract_text
-from src.media.images import ImageError, Picture, prepare_image
+from src.media.images import ImageError, Picture, is_image, prepare_image
 from src.media.transcribe import Transcriber, TranscriptionError
 from src.services.texts import t
 from src.services.usage import Usage
@@ -129,14 +129,17 @@ class MediaReader:
         parts: list[str] = []
         pictures: list[Picture] = []
         for upload in uploads:
-            if upload.kind in ("voice", "audio"):
+            kind = upload.kind
+            if kind == "document" and is_image(upload.mime_type, upload.file_name):
+                kind = "photo"  # a screenshot sent as a file, uncompressed
+            if kind in ("voice", "audio"):
                 part = await self._listen(upload, turn, lang)
-            elif upload.kind == "photo":
+            elif kind == "photo":
                 part = await self._look(upload, pictures, turn, lang)
             else:
                 part = await self._document(upload, turn, lang)
             if part is not None:
-                turn.kinds.append(upload.kind)
+                turn.kinds.append(kind)
                 if part:
                     parts.append(part)
         if pictures:

@@ -180,7 +180,7 @@ async def test_group_answers_only_when_addressed(
     rows = await stored(pool, group)
     assert [unstamped(c) for role, c in rows if role == "user"] == [
         "Bob: сколько будет 2+2?",
-        "Ann: а 3+3?",
+        'Ann: [In reply to your message: "previous bot message"]\nа 3+3?',  # what it answers
     ]
     for user in (ann, bob):  # the group's memory is the chat's, not its members'
         sql = "SELECT count(*) AS n FROM users WHERE telegram_user_id = %s"

@@ -19,7 +19,10 @@ gave out; each successful download's file_id is recorded in `downloads`, and
 `fail_downloads_next` fails the next downloads. A photo pushed with `data` comes as
 Telegram sends it: smaller JPEG sizes shrunk from it first, the image itself (its real
 width and height) last. An album is consecutive messages sharing a new `media_group_id`,
-the caption on the first. Captions get `caption_entities` like texts get `entities`.
+the caption on the first. Captions get `caption_entities` like texts get `entities`. A
+message pushed with `reply_to=<message_id>` carries that message of the chat (a user's or the
+bot's, without its own reply) as `reply_to_message`, and with `quote="..."` a manual `quote`
+(TextQuote, UTF-16 `position`) of a part of its text; a quote not in that text is refused.
 
 Chat members: whoever wrote in a chat is a "member" of it; `set_member` (or
 `set_chat_admins`) gives anyone another status until `reset`; `getChatMember` answers as
@@ -217,6 +220,7 @@ class FakeBotAPI(BackgroundAiohttpServer):
         self._bot_messages: dict[tuple[Any, int], dict[str, Any]] = {}
         self._contents: dict[tuple[Any, int], tuple[Any, ...]] = {}
         self._user_messages: set[tuple[Any, int]] = set()
+        self._posted: dict[tuple[Any, int], dict[str, Any]] = {}  # users' messages, to reply to
         self._open_queries: dict[str, dict[str, Any]] = {}  # id -> callback query, unanswered
         self._chats: dict[Any, dict[str, Any]] = {}
         self._users: dict[int, dict[str, Any]] = {bot_id: self.bot_user}
@@ -351,6 +355,7 @@ class FakeBotAPI(BackgroundAiohttpServer):
             self.webhook_url = ""
             self.commands.clear()
             self.files.clear()
+            self._posted.clear()
             self.download_limit = DOWNLOAD_LIMIT
             self._members.clear()
 
@@ -415,6 +420,10 @@ class FakeBotAPI(BackgroundAiohttpServer):
         with self._lock:
             update.setdefault("update_id", next(self._update_ids))
             self.updates.append(update)
+            posted = update.get("message")
+            if posted is not None:
+                key = (posted["chat"]["id"], posted["message_id"])
+                self._posted[key] = copy.deepcopy(posted)
             self._changed.notify_all()
         loop, wakeup = self._loop, self._wakeup
         if self._thread is not None and loop is not None and wakeup is not None:
@@ -435,8 +444,11 @@ class FakeBotAPI(BackgroundAiohttpServer):
         reply_to_bot: bool = False,
         title: str = "Test group",
         new_id: bool = True,
+        reply_to: int | None = None,
+        quote: str | None = None,
     ) -> dict[str, Any]:
-        """Build the common part of a user message."""
+        """Build the common part of a user message (`reply_to`: a message id in the chat
+        it replies to, `quote`: the part of that message's text the user quoted)."""
         user = self._user(user_id, first_name, username, language_code)
         if chat_type == "private":
             chat = {"id": user_id if chat_id is None else chat_id, "type": "private"}
@@ -458,7 +470,29 @@ class FakeBotAPI(BackgroundAiohttpServer):
         message = {"message_id": message_id, "date": int(time.time()), "chat": chat, "from": user}
         if reply_to_bot:
             message["reply_to_message"] = self._bot_message(chat, "previous bot message")
+        if reply_to is not None:
+            message |= self._reply_fields(chat["id"], reply_to, quote)
         return message
+
+    def _reply_fields(self, chat_id: Any, message_id: int, quote: str | None) -> dict[str, Any]:
+        """Return `reply_to_message` (and `quote`) as Telegram sends them with a reply."""
+        with self._lock:
+            replied = self._posted.get((chat_id, message_id)) or self._bot_messages.get(
+                (chat_id, message_id)
+            )
+            replied = copy.deepcopy(replied)
+        if replied is None:
+            raise ValueError(f"no message {message_id} in chat {chat_id} to reply to")
+        replied.pop("reply_to_message", None)  # Telegram does not nest replies
+        replied.pop("quote", None)
+        fields: dict[str, Any] = {"reply_to_message": replied}
+        if quote is not None:
+            text = replied.get("text") or replied.get("caption") or ""
+            at = text.find(quote)
+            if not quote or at < 0:
+                raise ValueError("a quote is a part of the replied-to message's text")
+            fields["quote"] = {"text": quote, "position": utf16_len(text[:at]), "is_manual": True}
+        return fields
 
     @staticmethod
     def _user(
