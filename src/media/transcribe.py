@@ -99,8 +99,13 @@ class Transcriber:
             if exc.status_code in MISSING + REFUSED:
                 return f"{exc.status_code} {exc.message}"
         except openai.APIError as exc:
-            logger.warning("could not ask %s about transcription: %s", self.client.base_url, exc)
+            logger.warning("could not ask %s about transcription: %s", self.endpoint, exc)
         return None
+
+    @property
+    def endpoint(self) -> str:
+        """Return the endpoint's URL for logs (without a user name or password in it)."""
+        return str(self.client.base_url.copy_with(userinfo=b""))
 
     async def close(self) -> None:
         """Close the HTTP client."""

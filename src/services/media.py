@@ -112,7 +112,7 @@ class MediaReader:
             "transcription is off: %s answered %s for TRANSCRIBE_MODEL=%s"
             " (set TRANSCRIBE_BASE_URL to a speech-to-text endpoint, or TRANSCRIBE_MODEL= to"
             " silence this)",
-            self.transcriber.client.base_url,
+            self.transcriber.endpoint,
             missing,
             self.transcriber.model,
         )
