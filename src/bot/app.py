@@ -6,25 +6,21 @@ import asyncio
 import logging
 from typing import Any
 
-from telegram import BotCommand, BotCommandScopeDefault
-from telegram.error import TelegramError
 from telegram.ext import AIORateLimiter, Application, BaseRateLimiter, CommandHandler
 from telegram.request import BaseRequest
 
 from src.bot import handlers
-from src.bot.commands import COMMANDS
 from src.bot.data_commands import DATA_COMMANDS
 from src.bot.jobs import schedule_jobs
+from src.bot.menus import publish_menus
 from src.bot.outbox import Outbox
 from src.bot.queue import UpdateWorker
 from src.bot.receive import Receiver
 from src.bot.state import BOT_DATA_KEY, BotState, state_of
 from src.bot.stops import StopChannel
 from src.config import ConfigError, Settings
-from src.graph.lang import RUSSIAN_READERS
 from src.services.factory import Runtime, build_runtime
 from src.services.reminders import ReminderService
-from src.services.texts import t
 
 logger = logging.getLogger(__name__)
 
@@ -36,8 +32,6 @@ FLOOD_RETRIES = 3  # times a request is retried after Telegram's 429 retry_after
 # and let a burst queue for it, longer than PTB's 1 s pool timeout, which drops replies.
 BOT_API_CONNECTIONS = 32
 POOL_WAIT = 30.0
-# The default menu is English; the languages whose speakers read Russian get Russian.
-COMMAND_LANGUAGES = {"": "en", **dict.fromkeys(RUSSIAN_READERS, "ru")}
 
 
 def file_base_url(base_url: str) -> str:
@@ -88,20 +82,6 @@ def build_application(
     return app
 
 
-async def set_commands(app: App) -> None:
-    """Publish the command menu (English by default, Russian for Russian speakers)."""
-    names = [n for n in [*COMMANDS, *DATA_COMMANDS] if n != "start"]
-    for code, lang in COMMAND_LANGUAGES.items():
-        commands = [BotCommand(n, t(f"cmd_{n}", lang)) for n in names]
-        try:
-            await app.bot.set_my_commands(
-                commands, scope=BotCommandScopeDefault(), language_code=code or None
-            )
-        except TelegramError as exc:
-            logger.warning("could not set the command menu (%s): %s", code or "default", exc)
-            return
-
-
 async def _post_init(app: App) -> None:
     state = state_of(app)
     if state.runtime is None:
@@ -113,7 +93,8 @@ async def _post_init(app: App) -> None:
         logger.warning(
             "the bot is open to everyone: set ALLOWED_USER_IDS or ADMIN_USER_IDS to close it"
         )
-    await set_commands(app)
+    await publish_menus(app.bot)
+    await state.media.check_transcription()
     schedule_jobs(app, state)
     logger.info("bot @%s ready", app.bot.username)
 

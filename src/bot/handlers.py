@@ -31,6 +31,7 @@ from src.bot.chats import (
 from src.bot.commands import COMMANDS, Context, cmd_unknown, lang_of_message, message_of, say
 from src.bot.live import LiveReply
 from src.bot.media import MEDIA, acknowledgement, caption_of, gather_album, unread, uploads_of
+from src.bot.replies import said_text
 from src.bot.sending import reply_text, typing
 from src.bot.state import BotState, state_of
 from src.services.agent_service import DB_ERRORS
@@ -186,7 +187,9 @@ async def answer(
     message = message_of(update)
     state, lang = state_of(context), lang_of_message(message)
     delivery = delivery_of(update, message, state)
-    identity, said = identity_of(message), group_turn_text(message, text) if text else ""
+    limit = state.settings.max_input_chars
+    said = said_text(message, text, context.bot.id, limit) if text else ""
+    identity = identity_of(message)
     waited = (datetime.now(UTC) - message.date).total_seconds()
     if waited > state.settings.turn_wait_limit:
         # Kept in the history for later turns, but too stale to answer now.

@@ -5,15 +5,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-# Russian speakers, and users of languages close to it, read the Russian texts.
-RUSSIAN_READERS = ("ru", "uk", "be", "kk")
-
 
 def lang_of(language_code: str | None) -> str:
-    """Return `ru` or `en` for a Telegram language code (no code: Russian, as the seeds)."""
+    """Return `ru` for Russian (and no code, as the seeds), `en` for every other language."""
     if not language_code:
         return "ru"
-    return "ru" if language_code.lower().split("-")[0] in RUSSIAN_READERS else "en"
+    return "ru" if language_code.lower().split("-")[0] == "ru" else "en"
 
 
 def terminal_lang(environ: Mapping[str, str] | None = None) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import io
+import mimetypes
 import struct
 import zlib
 from dataclasses import dataclass
@@ -23,6 +24,10 @@ MAX_SIDE = 1568
 MAX_PIXELS = 50_000_000
 
 JPEG_QUALITY = 85
+
+# Images a user sends as files (uncompressed screenshots) that Pillow decodes: read like
+# photos. Others (SVG, HEIC without a plugin) stay unsupported documents.
+IMAGE_TYPES = ("image/jpeg", "image/png", "image/webp", "image/gif", "image/bmp", "image/tiff")
 
 # What Pillow raises on data it cannot decode: UnidentifiedImageError and "image file is
 # truncated" are OSErrors; some decoders raise the others on malformed headers.
@@ -55,6 +60,12 @@ class Picture:
 
 class ImageError(Exception):
     """An image that cannot be decoded, or one too large to decode safely."""
+
+
+def is_image(mime_type: str | None, file_name: str = "") -> bool:
+    """Tell whether a file (by its MIME type, else its name) is an image `prepare_image` reads."""
+    kind = (mime_type or "").lower() or (mimetypes.guess_type(file_name)[0] or "")
+    return kind in IMAGE_TYPES
 
 
 def prepare_image(data: bytes, max_side: int = MAX_SIDE) -> Picture:

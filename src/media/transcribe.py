@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import openai
 from pydantic import SecretStr
 
@@ -22,6 +24,15 @@ if TYPE_CHECKING:
     from src.services.usage import UsageRecorder
 
 logger = logging.getLogger(__name__)
+
+# Telegram names voice notes `.oga` (Ogg Opus); gpt-4o-*-transcribe and Groq refuse that
+# extension ("Unsupported file format oga") but take the same bytes as `.ogg`.
+OGG_NAMES = (".oga", ".opus")
+# A probe is one request the endpoint refuses before doing any work: a transcription
+# without a file. Its answer says whether the endpoint has speech-to-text at all.
+PROBE_TIMEOUT = 10.0
+MISSING = (404, 405)  # no such route, or not for POST: no speech-to-text there
+REFUSED = (401, 403)  # the key is refused: every voice note would fail the same way
 
 
 class TranscriptionError(Exception):
@@ -48,14 +59,15 @@ class Transcriber:
     ) -> str:
         """Return what is said in the audio `data` ("" for silence).
 
-        `file_name`'s extension tells the endpoint the format (`.oga` for a voice note);
-        `seconds` (the audio's length) and `owner_id` go into the call's usage record.
+        `file_name`'s extension tells the endpoint the format (a voice note's `.oga` is
+        sent as `.ogg`); `seconds` (the audio's length) and `owner_id` go into the call's
+        usage record.
         """
         record = CallRecord("transcription", self.model, owner_id, audio_seconds=seconds)
         started = time.perf_counter()
         try:
             result = await self.client.audio.transcriptions.create(
-                model=self.model, file=(file_name, data)
+                model=self.model, file=upload_file(file_name, data)
             )
         except openai.APIError as exc:
             record.status, record.error_class = "error", type(exc).__name__
@@ -69,9 +81,43 @@ class Transcriber:
                 self.recorder.record(record)
         return result.text.strip()
 
+    async def probe(self) -> str | None:
+        """Ask the endpoint whether it transcribes; return why not, or None if it does
+        (or cannot be asked now: a voice note will tell)."""
+        client = self.client.with_options(max_retries=0, timeout=PROBE_TIMEOUT)
+        try:
+            # A form without its file: refused (400) by an endpoint that transcribes,
+            # unknown (404) to one that does not; free either way.
+            await client.post(
+                "/audio/transcriptions",
+                cast_to=httpx.Response,
+                body={"model": self.model},
+                files=[],
+                options={"headers": {"Content-Type": "multipart/form-data"}},
+            )
+        except openai.APIStatusError as exc:
+            if exc.status_code in MISSING + REFUSED:
+                return f"{exc.status_code} {exc.message}"
+        except openai.APIError as exc:
+            logger.warning("could not ask %s about transcription: %s", self.endpoint, exc)
+        return None
+
+    @property
+    def endpoint(self) -> str:
+        """Return the endpoint's URL for logs (without a user name or password in it)."""
+        return str(self.client.base_url.copy_with(userinfo=b""))
+
     async def close(self) -> None:
         """Close the HTTP client."""
         await self.client.close()
+
+
+def upload_file(file_name: str, data: bytes) -> tuple[str, bytes, str | None]:
+    """Return the (name, bytes, MIME type) the endpoint is sent: Ogg audio as `.ogg`."""
+    path = PurePosixPath(file_name or "audio")
+    if path.suffix.lower() in OGG_NAMES:
+        return str(path.with_suffix(".ogg")), data, "audio/ogg"
+    return file_name, data, None
 
 
 def _read_usage(record: CallRecord, usage: Any) -> None:

@@ -23,7 +23,7 @@ from src.graph.lang import lang_of
 from src.graph.model_calls import call_config
 from src.graph.output_caps import with_output_cap
 from src.media.documents import Document, DocumentError, extract_text
-from src.media.images import ImageError, Picture, prepare_image
+from src.media.images import ImageError, Picture, is_image, prepare_image
 from src.media.transcribe import Transcriber, TranscriptionError
 from src.services.texts import t
 from src.services.usage import Usage
@@ -100,6 +100,25 @@ class MediaReader:
             Transcriber(deps.settings, recorder) if deps.settings.transcription_on else None
         )
 
+    async def check_transcription(self) -> None:
+        """Probe the transcription endpoint; one that has none turns transcription off, so
+        voice notes get "not transcribed here" rather than a failure each."""
+        if self.transcriber is None:
+            return
+        missing = await self.transcriber.probe()
+        if missing is None:
+            return
+        logger.warning(
+            "transcription is off: %s answered %s for TRANSCRIBE_MODEL=%s"
+            " (set TRANSCRIBE_BASE_URL to a speech-to-text endpoint, or TRANSCRIBE_MODEL= to"
+            " silence this)",
+            self.transcriber.endpoint,
+            missing,
+            self.transcriber.model,
+        )
+        await self.transcriber.close()
+        self.transcriber = None
+
     async def read(
         self, uploads: list[Upload], caption: str, lang: str | None, owner_id: int | None = None
     ) -> MediaTurn:
@@ -110,14 +129,17 @@ class MediaReader:
         parts: list[str] = []
         pictures: list[Picture] = []
         for upload in uploads:
-            if upload.kind in ("voice", "audio"):
+            kind = upload.kind
+            if kind == "document" and is_image(upload.mime_type, upload.file_name):
+                kind = "photo"  # a screenshot sent as a file, uncompressed
+            if kind in ("voice", "audio"):
                 part = await self._listen(upload, turn, lang)
-            elif upload.kind == "photo":
+            elif kind == "photo":
                 part = await self._look(upload, pictures, turn, lang)
             else:
                 part = await self._document(upload, turn, lang)
             if part is not None:
-                turn.kinds.append(upload.kind)
+                turn.kinds.append(kind)
                 if part:
                     parts.append(part)
         if pictures:

@@ -61,7 +61,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "отвечаю по подписи.",
         "file_too_big": "Файл «{name}» слишком большой ({size} МБ, максимум {limit} МБ).",
         "document_unsupported": "Файлы такого типа («{name}») я не читаю: "
-        "только PDF, DOCX, TXT, MD и CSV.",
+        "только PDF, DOCX, TXT, MD, CSV и картинки.",
         "document_broken": "Не получилось прочитать «{name}»: файл повреждён.",
         "download_failed": "Не получилось скачать «{name}» из Telegram — пришлите ещё раз.",
         "document_encrypted": "«{name}» защищён паролем — пришлите версию без пароля.",
@@ -254,8 +254,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "photo_refused": "This model takes no images, so I can't see the photo; "
         "I'm answering from the caption.",
         "file_too_big": "“{name}” is too big ({size} MB, at most {limit} MB).",
-        "document_unsupported": "I can't read files like “{name}”: only PDF, DOCX, TXT, MD "
-        "and CSV.",
+        "document_unsupported": "I can't read files like “{name}”: only PDF, DOCX, TXT, MD, "
+        "CSV and images.",
         "document_broken": "I couldn't read “{name}”: the file is damaged.",
         "download_failed": "I couldn't download “{name}” from Telegram: please send it again.",
         "document_encrypted": "“{name}” is password-protected: please send it without a password.",

@@ -54,10 +54,8 @@ async def test_private_conversation(start_bot: Any, tg: FakeBotAPI, llm: Any, po
     """/start, three messages, /forget, /new, media, a long reply, a 429, the commands."""
     # Room for the long reply below (about 2,800 tokens as the fake server counts them).
     await start_bot(llm_max_output_tokens=4096)
-    menus = {json.loads(key)[1]: [c["command"] for c in cmds] for key, cmds in tg.commands.items()}
-    assert {"", "ru"} <= set(menus) and {"help", "new", "forget", "mute", "memory"} <= set(
-        menus[""]
-    )
+    assert {"help", "new", "forget", "mute", "memory"} <= set(tg.menu(ANN, ANN, "en"))
+    assert tg.menu(ANN, ANN, "ru")["new"] == t("cmd_new", "ru")
     assert await say(tg, ANN, "/start", first_name="Ann") == t("greeting", "ru", name="Ann")
     llm.script_for(CHAT_MODEL, "Привет, Аня!", "Чай — отличный выбор.", "Вы любите чай.")
     assert await say(tg, ANN, "Меня зовут Аня") == "Привет, Аня!"
@@ -182,7 +180,7 @@ async def test_group_answers_only_when_addressed(
     rows = await stored(pool, group)
     assert [unstamped(c) for role, c in rows if role == "user"] == [
         "Bob: сколько будет 2+2?",
-        "Ann: а 3+3?",
+        'Ann: [In reply to your message: "previous bot message"]\nа 3+3?',  # what it answers
     ]
     for user in (ann, bob):  # the group's memory is the chat's, not its members'
         sql = "SELECT count(*) AS n FROM users WHERE telegram_user_id = %s"

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 SUPPORTED_EXTENSIONS = ("flac", "m4a", "mp3", "mp4", "mpeg", "mpga", "oga", "ogg", "wav", "webm")
+NOT_FOR_GPT_TRANSCRIBE = ("oga",)
 RESPONSE_FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
 DEFAULT_TRANSCRIPTION_MODELS = ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe")
 MAX_TRANSCRIPTION_BYTES = 25 * 1024 * 1024  # OpenAI's limit on the whole request
@@ -102,6 +103,10 @@ def transcription_problem(form: dict[str, Any], models: list[str]) -> Problem | 
         return problem
     name, data = upload
     extension = str(name or "").rsplit(".", 1)[-1].lower() if "." in str(name or "") else ""
+    if "transcribe" in str(model) and extension in NOT_FOR_GPT_TRANSCRIBE:
+        # whisper-1 takes `.oga`; the gpt-4o-*-transcribe models refuse the name, even
+        # though their error for other names lists it.
+        return Problem(400, f"Unsupported file format {extension}", "file", "unsupported_value")
     if extension not in SUPPORTED_EXTENSIONS:
         shown = "[" + ", ".join(repr(e) for e in SUPPORTED_EXTENSIONS) + "]"
         return Problem(400, f"Invalid file format. Supported formats: {shown}")

@@ -19,7 +19,10 @@ gave out; each successful download's file_id is recorded in `downloads`, and
 `fail_downloads_next` fails the next downloads. A photo pushed with `data` comes as
 Telegram sends it: smaller JPEG sizes shrunk from it first, the image itself (its real
 width and height) last. An album is consecutive messages sharing a new `media_group_id`,
-the caption on the first. Captions get `caption_entities` like texts get `entities`.
+the caption on the first. Captions get `caption_entities` like texts get `entities`. A
+message pushed with `reply_to=<message_id>` carries that message of the chat (a user's or the
+bot's, without its own reply) as `reply_to_message`, and with `quote="..."` a manual `quote`
+(TextQuote, UTF-16 `position`) of a part of its text; a quote not in that text is refused.
 
 Chat members: whoever wrote in a chat is a "member" of it; `set_member` (or
 `set_chat_admins`) gives anyone another status until `reset`; `getChatMember` answers as
@@ -36,6 +39,10 @@ private chats only (a group gets 400 "TEXTDRAFT_PEER_INVALID"), a non-zero integ
 `draft_id` (else 400 "RANDOM_ID_INVALID", as Telegram's servers call it), at most 4096
 characters after formatting; an empty text is the "Thinking..." placeholder. With
 `drafts_supported = False` the method is unknown (404), like an older self-hosted server.
+
+Command menus: kept per scope and language, validated as Telegram does (see
+`tests.fakes.bot_api_commands`); `menu(chat_id, user_id, language_code)` is the list a user
+sees in that chat, found through Telegram's order of scopes.
 
 Inline keyboards: a bot message keeps the inline keyboard it was sent or last edited with;
 editMessageText without `reply_markup` removes it, as on Telegram, and "message is not
@@ -59,6 +66,7 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.bot_api_commands import commands_problem, menu_for, menu_key, scope_of
 from tests.fakes.bot_api_files import FileStore, guess_mime
 from tests.fakes.bot_api_markup import (
     callback_data_of,
@@ -214,6 +222,7 @@ class FakeBotAPI(BackgroundAiohttpServer):
         self._bot_messages: dict[tuple[Any, int], dict[str, Any]] = {}
         self._contents: dict[tuple[Any, int], tuple[Any, ...]] = {}
         self._user_messages: set[tuple[Any, int]] = set()
+        self._posted: dict[tuple[Any, int], dict[str, Any]] = {}  # users' messages, to reply to
         self._open_queries: dict[str, dict[str, Any]] = {}  # id -> callback query, unanswered
         self._chats: dict[Any, dict[str, Any]] = {}
         self._users: dict[int, dict[str, Any]] = {bot_id: self.bot_user}
@@ -348,6 +357,7 @@ class FakeBotAPI(BackgroundAiohttpServer):
             self.webhook_url = ""
             self.commands.clear()
             self.files.clear()
+            self._posted.clear()
             self.download_limit = DOWNLOAD_LIMIT
             self._members.clear()
 
@@ -413,6 +423,10 @@ class FakeBotAPI(BackgroundAiohttpServer):
             update.setdefault("update_id", next(self._update_ids))
             self.updates.append(update)
             self.pushed.append(copy.deepcopy(update))
+            posted = update.get("message")
+            if posted is not None:
+                key = (posted["chat"]["id"], posted["message_id"])
+                self._posted[key] = copy.deepcopy(posted)
             self._changed.notify_all()
         loop, wakeup = self._loop, self._wakeup
         if self._thread is not None and loop is not None and wakeup is not None:
@@ -433,8 +447,11 @@ class FakeBotAPI(BackgroundAiohttpServer):
         reply_to_bot: bool = False,
         title: str = "Test group",
         new_id: bool = True,
+        reply_to: int | None = None,
+        quote: str | None = None,
     ) -> dict[str, Any]:
-        """Build the common part of a user message."""
+        """Build the common part of a user message (`reply_to`: a message id in the chat
+        it replies to, `quote`: the part of that message's text the user quoted)."""
         user = self._user(user_id, first_name, username, language_code)
         if chat_type == "private":
             chat = {"id": user_id if chat_id is None else chat_id, "type": "private"}
@@ -456,7 +473,29 @@ class FakeBotAPI(BackgroundAiohttpServer):
         message = {"message_id": message_id, "date": int(time.time()), "chat": chat, "from": user}
         if reply_to_bot:
             message["reply_to_message"] = self._bot_message(chat, "previous bot message")
+        if reply_to is not None:
+            message |= self._reply_fields(chat["id"], reply_to, quote)
         return message
+
+    def _reply_fields(self, chat_id: Any, message_id: int, quote: str | None) -> dict[str, Any]:
+        """Return `reply_to_message` (and `quote`) as Telegram sends them with a reply."""
+        with self._lock:
+            replied = self._posted.get((chat_id, message_id)) or self._bot_messages.get(
+                (chat_id, message_id)
+            )
+            replied = copy.deepcopy(replied)
+        if replied is None:
+            raise ValueError(f"no message {message_id} in chat {chat_id} to reply to")
+        replied.pop("reply_to_message", None)  # Telegram does not nest replies
+        replied.pop("quote", None)
+        fields: dict[str, Any] = {"reply_to_message": replied}
+        if quote is not None:
+            text = replied.get("text") or replied.get("caption") or ""
+            at = text.find(quote)
+            if not quote or at < 0:
+                raise ValueError("a quote is a part of the replied-to message's text")
+            fields["quote"] = {"text": quote, "position": utf16_len(text[:at]), "is_manual": True}
+        return fields
 
     @staticmethod
     def _user(
@@ -810,23 +849,55 @@ class FakeBotAPI(BackgroundAiohttpServer):
         info = {"url": self.webhook_url, "has_custom_certificate": False}
         return info | {"pending_update_count": pending}
 
-    def _commands_key(self, params: dict[str, Any]) -> str:
-        scope = params.get("scope") or {"type": "default"}
-        return json.dumps([scope, params.get("language_code") or ""], sort_keys=True)
+    def _menu_request(self, params: dict[str, Any], setting: bool = False) -> Any:
+        """Return (the key of the list a command-menu request names, None), or (None, error)."""
+        with self._lock:
+            problem = commands_problem(params, self._chats, setting=setting)
+        if problem is not None:
+            return None, _fail(400, problem)
+        return menu_key(scope_of(params), params.get("language_code") or ""), None
 
     async def _m_setmycommands(self, params: dict[str, Any]) -> Any:
+        key, error = self._menu_request(params, setting=True)
+        if error is not None:
+            return error
+        kept = [
+            {"command": str(c["command"]).strip().removeprefix("/")}
+            | {"description": str(c["description"]).strip()}
+            for c in params.get("commands") or []
+        ]
         with self._lock:
-            self.commands[self._commands_key(params)] = params.get("commands") or []
+            if kept:
+                self.commands[key] = kept
+            else:  # an empty list deletes the menu, as Telegram does
+                self.commands.pop(key, None)
         return True
 
     async def _m_getmycommands(self, params: dict[str, Any]) -> Any:
+        key, error = self._menu_request(params)
+        if error is not None:
+            return error
         with self._lock:
-            return self.commands.get(self._commands_key(params), [])
+            return copy.deepcopy(self.commands.get(key, []))
 
     async def _m_deletemycommands(self, params: dict[str, Any]) -> Any:
+        key, error = self._menu_request(params)
+        if error is not None:
+            return error
         with self._lock:
-            self.commands.pop(self._commands_key(params), None)
+            self.commands.pop(key, None)
         return True
+
+    def menu(self, chat_id: int, user_id: int, language_code: str | None = None) -> dict[str, str]:
+        """Return the commands `user_id` sees in the menu of `chat_id`, each with its
+        description (see `menu_for`)."""
+        with self._lock:
+            chat = self._chats.get(chat_id) or {"id": chat_id, "type": "private"}
+            status = self._members.get(chat_id, {}).get(user_id)
+            found = menu_for(
+                self.commands, chat, user_id, language_code, status in ("creator", "administrator")
+            )
+            return {c["command"]: c["description"] for c in found}
 
     async def _m_getfile(self, params: dict[str, Any]) -> Any:
         stored = self.files.get(str(params.get("file_id") or ""))

@@ -134,6 +134,10 @@ limit (26214400) exceeded (N bytes read)" for a body over `transcription_max_byt
 400 "Audio file might be corrupted or unsupported" for bytes whose magic is not audio (Ogg,
 WAV, MP3, FLAC, MP4/M4A, WebM). The transcript is the next of `script_transcript`, else
 what `tests.fakes.audio.fake_speech` put into the audio, else "" (silence).
+The "*-transcribe" models refuse a `.oga` name as OpenAI does (400 "Unsupported file format
+oga", param `file`, code `unsupported_value`); whisper-1 takes it. With
+`transcriptions_supported = False` the route is missing (404 "404 page not found", nothing
+recorded), like a local server without speech-to-text.
 `fail_transcriptions_next` answers the next n valid requests with an HTTP error, after
 `delay`. Every request is recorded in `transcriptions` as {"model", "file_name", "size",
 "language", "response_format", "prompt", "temperature", "status"}.
@@ -413,6 +417,7 @@ class FakeOpenAI(BackgroundAiohttpServer):
         self._embedding_delays: deque[float] = deque()
         self.transcription_models: list[str] = list(DEFAULT_TRANSCRIPTION_MODELS)
         self.transcription_max_bytes = MAX_TRANSCRIPTION_BYTES
+        self.transcriptions_supported = True
         self.transcriptions: list[dict[str, Any]] = []
         self.images_seen: list[dict[str, Any]] = []
         self._vision_models: set[str] | None = None
@@ -592,6 +597,7 @@ class FakeOpenAI(BackgroundAiohttpServer):
             self.embedding_models = list(DEFAULT_EMBEDDING_MODELS)
             self.transcription_models = list(DEFAULT_TRANSCRIPTION_MODELS)
             self.transcription_max_bytes = MAX_TRANSCRIPTION_BYTES
+            self.transcriptions_supported = True
             self._vision_models = None
 
     def _build_app(self) -> web.Application:
@@ -738,6 +744,8 @@ class FakeOpenAI(BackgroundAiohttpServer):
         )
 
     async def _transcriptions(self, request: web.Request) -> web.StreamResponse:
+        if not self.transcriptions_supported:
+            return web.Response(status=404, text="404 page not found")
         form = await _form(request)
         upload = form.get("file")
         data = upload[1] if isinstance(upload, tuple) else b""

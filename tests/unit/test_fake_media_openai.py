@@ -93,6 +93,28 @@ async def test_unsupported_extension_is_400(srv: FakeOpenAI) -> None:
     assert "Invalid file format. Supported formats: ['flac', 'm4a', 'mp3'" in str(info.value)
 
 
+async def test_gpt_transcribe_models_refuse_an_oga_name_as_openai_does(srv: FakeOpenAI) -> None:
+    speech = fake_speech("hi", "ogg")
+    with pytest.raises(openai.BadRequestError) as info:
+        await transcribe(srv, "file_3.oga", speech, model="gpt-4o-mini-transcribe")
+    assert info.value.body == {
+        "message": "Unsupported file format oga",
+        "type": "invalid_request_error",
+        "param": "file",
+        "code": "unsupported_value",
+    }
+    # The same bytes named .ogg are heard, and whisper-1 takes .oga.
+    assert (await transcribe(srv, "a.ogg", speech, model="gpt-4o-mini-transcribe")).text == "hi"
+    assert (await transcribe(srv, "a.oga", speech)).text == "hi"
+
+
+async def test_without_transcription_the_route_is_missing(srv: FakeOpenAI) -> None:
+    srv.transcriptions_supported = False
+    with pytest.raises(openai.NotFoundError):
+        await transcribe(srv, "a.ogg", fake_speech("hi"))
+    assert srv.transcriptions == []
+
+
 async def test_bytes_that_are_not_audio_are_400(srv: FakeOpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as info:
         await transcribe(srv, "voice.ogg", b"<html>not audio</html>")
