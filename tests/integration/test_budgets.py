@@ -14,6 +14,7 @@ from src.graph.model_calls import call_config
 from src.services.agent_service import Identity
 from src.services.media import MediaReader, Upload
 from src.services.texts import t
+from src.services.usage_report import UsageReports, render_owner
 from tests.e2e.conftest import until
 from tests.fakes.audio import fake_speech
 from tests.integration.test_usage import calls
@@ -92,6 +93,8 @@ async def test_dollar_budget_counts_each_models_price(runtime_factory: Any, llm:
     spent = await rt.service.usage.budget.spent(BOB.owner_id)
     assert spent.day.usd > 0.01 and spent.day.tokens < 1000
     assert llm.requests_for("pricey")
+    text = render_owner(await UsageReports(rt.service.usage).owner(BOB.owner_id), "en", 0, 0, 0.01)
+    assert text.splitlines()[-1] == "Budgets in dollars: $0.01 a day, unlimited a month."
 
 
 async def test_transcribed_minutes_are_charged(runtime_factory: Any, llm: Any) -> None:
