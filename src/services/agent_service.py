@@ -326,20 +326,8 @@ class AgentService(MemoryCommands):
         (BUDGET_WARN_AT), each said once a period."""
         if self.usage is None:
             return []
-        sentences = []
-        for warning in await self.usage.budget.warnings(identity.owner_id, identity.sender_id):
-            local = warning.resets_at.astimezone(self.settings.zone)
-            yours = warning.person_id == identity.owner_id
-            sentences.append(
-                t(
-                    f"budget_warning_{'chat' if yours else 'sender'}",
-                    identity.language_code,
-                    percent=int(warning.share * 100),
-                    budget=t(f"budget_{warning.budget}", identity.language_code),
-                    when=f"{local:%Y-%m-%d %H:%M}",
-                )
-            )
-        return sentences
+        found = await self.usage.budget.warnings(identity.owner_id, identity.sender_id)
+        return [w.text(identity.owner_id, identity.language_code, self.settings) for w in found]
 
     async def _store(
         self,

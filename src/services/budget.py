@@ -23,6 +23,7 @@ from langchain_core.messages import BaseMessage
 from src.config import Settings
 from src.graph.model_calls import OverBudget
 from src.services.prices import call_cost
+from src.services.texts import t
 from src.storage.usage_repo import CallRecord, UsageRepository
 
 logger = logging.getLogger(__name__)
@@ -90,6 +91,17 @@ class BudgetWarning:
     budget: str
     share: float
     resets_at: datetime
+
+    def text(self, owner_id: int, lang: str | None, settings: Settings) -> str:
+        """Return the warning for the chat of `owner_id` (a group's sender's is theirs)."""
+        local = self.resets_at.astimezone(settings.zone)
+        return t(
+            "budget_warning_chat" if self.person_id == owner_id else "budget_warning_sender",
+            lang,
+            percent=int(self.share * 100),
+            budget=t(f"budget_{self.budget}", lang),
+            when=f"{local:%Y-%m-%d %H:%M}",
+        )
 
 
 def _sums(row: dict[str, Any], period: str) -> dict[str, Any]:
