@@ -225,7 +225,12 @@ async def answer(
         # Telegram refused the reply itself (logged with its reason): say so.
         await say(message, t("internal_error", lang))
     # After the reply, not before it: a budget nearly spent is said once a period.
-    for sentence in await state.service.budget_warnings(identity):
+    try:
+        warnings = await state.service.budget_warnings(identity)
+    except DB_ERRORS:  # the reply is out: a warning missed is said after the next one
+        logger.warning("budget warnings of %s unavailable", identity.owner_id, exc_info=True)
+        warnings = []
+    for sentence in warnings:
         await say(message, sentence)
 
 
