@@ -48,6 +48,12 @@ def _memory(argv: Sequence[str]) -> int:
     return main(argv)
 
 
+def _budget(argv: Sequence[str]) -> int:
+    from bench.budget import main
+
+    return main(argv)
+
+
 BENCHMARKS: dict[str, Callable[[Sequence[str]], int]] = {
     "storage": _storage,
     "turns": _turns,
@@ -56,6 +62,7 @@ BENCHMARKS: dict[str, Callable[[Sequence[str]], int]] = {
     "live": _live,
     "media": _media,
     "memory": _memory,
+    "budget": _budget,
 }
 
 

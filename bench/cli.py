@@ -45,10 +45,11 @@ def register(sub: Any, db_sub: Any) -> None:
     )
     add_arguments(parser)
     parser.set_defaults(handler=_bench)
-    from bench import delivery, live, media, memory_load, recall
+    from bench import budget, delivery, live, media, memory_load, recall
 
     sub = recall.register(parser)
     delivery.register(sub)
     live.register(sub)
     media.register(sub)
     memory_load.register(sub)
+    budget.register(sub)

@@ -202,6 +202,10 @@ class Settings(BaseSettings):
     model_prices: dict[str, ModelPrice] = Field(default_factory=dict)
     user_daily_tokens: int = Field(0, ge=0)
     user_monthly_tokens: int = Field(0, ge=0)
+    # --- budgets in dollars, per person in groups, and their warning (issue 34) ---
+    user_daily_usd: float = Field(0.0, ge=0)
+    user_monthly_usd: float = Field(0.0, ge=0)
+    budget_warn_at: float = Field(0.8, ge=0, lt=1)
 
     # --- devtools ---
     checkpoint_keep: int = Field(50, ge=1)

@@ -345,7 +345,8 @@ async def cmd_usage(update: Update, context: Context) -> None:
         return
     owner = await reports.owner(identity_of(message).owner_id)
     daily, monthly = settings.user_daily_tokens, settings.user_monthly_tokens
-    await say(message, render_owner(owner, lang, daily, monthly))
+    usd = settings.user_daily_usd, settings.user_monthly_usd
+    await say(message, render_owner(owner, lang, daily, monthly, *usd))
 
 
 async def cmd_unknown(update: Update, context: Context) -> None:

@@ -150,7 +150,9 @@ async def on_media(update: Update, context: Context) -> None:
             return
         async with typing(message):  # transcribing, describing: seconds
             uploads, problems = await uploads_of(bot, album, state.settings, lang)
-            turn = await state.media.read(uploads, caption, lang, identity.owner_id)
+            turn = await state.media.read(
+                uploads, caption, lang, identity.owner_id, identity.sender_id
+            )
         turn.siblings = siblings
         for sentence in problems + turn.problems:
             await say(message, sentence)
@@ -225,6 +227,14 @@ async def answer(
     if status == "rejected":
         # Telegram refused the reply itself (logged with its reason): say so.
         await say(message, t("internal_error", lang))
+    # After the reply, not before it: a budget nearly spent is said once a period.
+    try:
+        warnings = await state.service.budget_warnings(identity)
+    except DB_ERRORS:  # the reply is out: a warning missed is said after the next one
+        logger.warning("budget warnings of %s unavailable", identity.owner_id, exc_info=True)
+        warnings = []
+    for sentence in warnings:
+        await say(message, sentence)
 
 
 async def on_other(update: Update, context: Context) -> None:

@@ -18,6 +18,7 @@ from src.graph.deps import GraphDeps
 from src.graph.memory.errors import log_failure
 from src.graph.memory.facts import extract_pending
 from src.graph.memory.summarizer import summarize_due
+from src.graph.model_calls import OverBudget
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +81,9 @@ class MemoryNodes:
         async def logged() -> int:
             try:
                 done = await work()
+            except OverBudget:
+                logger.info("%s of %s stopped: over the budget", what, key[1])
+                return 0  # nothing marked: a later turn does it, no back-off
             except Exception as exc:
                 delay = deps.backoff.failed(key)
                 log_failure(logger, f"{what} of {key[1]} (next try in {delay:.0f} s)", exc)

@@ -9,6 +9,7 @@ Calls outside the turn graph say it all themselves with `call_config`.
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -30,24 +31,44 @@ NODE_PURPOSES = {"agent": "reply", "summarize": "summary", "extract_facts": "fac
 
 
 def call_config(
-    purpose: str, owner_id: int | None = None, conversation_id: uuid.UUID | str | None = None
+    purpose: str,
+    owner_id: int | None = None,
+    conversation_id: uuid.UUID | str | None = None,
+    sender_id: int | None = None,
 ) -> RunnableConfig:
-    """Return the config of a model call outside the turn graph: what for, and whose."""
+    """Return the config of a model call outside the turn graph: what for, and whose
+    (`sender_id`: a group message's sender, whose budgets count it too)."""
     metadata: dict[str, Any] = {"purpose": purpose}
     if owner_id is not None:
         metadata["owner_id"] = owner_id
+    if sender_id is not None and sender_id != owner_id:
+        metadata["sender_id"] = sender_id
     if conversation_id is not None:
         metadata["conversation_id"] = str(conversation_id)
     return {"metadata": metadata}
 
 
-def turn_metadata(owner_id: int, conversation_id: uuid.UUID | str) -> dict[str, Any]:
-    """Return the metadata of one turn's graph run (a fresh turn id groups its calls)."""
-    return {
+def turn_metadata(
+    owner_id: int, conversation_id: uuid.UUID | str, sender_id: int | None = None
+) -> dict[str, Any]:
+    """Return the metadata of one turn's graph run (a fresh turn id groups its calls);
+    `sender_id`: who wrote a group turn's message (their budgets count its calls too)."""
+    metadata: dict[str, Any] = {
         "owner_id": owner_id,
         "conversation_id": str(conversation_id),
         "turn_id": str(uuid.uuid4()),
     }
+    if sender_id is not None and sender_id != owner_id:
+        metadata["sender_id"] = sender_id
+    return metadata
+
+
+class OverBudget(Exception):
+    """A turn's model call was not made: its owner or sender is over budget."""
+
+    def __init__(self, resets_at: datetime) -> None:
+        super().__init__(f"over budget until {resets_at.isoformat()}")
+        self.resets_at = resets_at
 
 
 def purpose_of(metadata: dict[str, Any] | None) -> str:

@@ -30,6 +30,7 @@ from src.graph.context.render import reply_text
 from src.graph.conversation_state import ConversationState
 from src.graph.deps import GraphDeps
 from src.graph.lang import lang_of
+from src.graph.model_calls import OverBudget
 from src.graph.output_caps import was_cut
 from src.graph.tokens import count_tools
 from src.graph.turn_context import TurnContext
@@ -192,6 +193,8 @@ class Nodes:
         taken: dict[str, Any] = {}
         try:
             answer = await self._call(name, capped, messages, state, config)
+        except OverBudget:
+            raise  # the turn ends with the budget's sentence, not a model failure
         except Exception as exc:
             fallback = self.deps.settings.fallback_model
             if not (fallback and fallback != name and isinstance(exc, TRANSIENT)):

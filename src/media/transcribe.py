@@ -55,15 +55,21 @@ class Transcriber:
         )
 
     async def transcribe(
-        self, data: bytes, file_name: str, seconds: float = 0, owner_id: int | None = None
+        self,
+        data: bytes,
+        file_name: str,
+        seconds: float = 0,
+        owner_id: int | None = None,
+        sender_id: int | None = None,
     ) -> str:
         """Return what is said in the audio `data` ("" for silence).
 
         `file_name`'s extension tells the endpoint the format (a voice note's `.oga` is
-        sent as `.ogg`); `seconds` (the audio's length) and `owner_id` go into the call's
-        usage record.
+        sent as `.ogg`); `seconds` (the audio's length), `owner_id` and a group's
+        `sender_id` go into the call's usage record.
         """
         record = CallRecord("transcription", self.model, owner_id, audio_seconds=seconds)
+        record.sender_id = sender_id if sender_id != owner_id else None
         started = time.perf_counter()
         try:
             result = await self.client.audio.transcriptions.create(

@@ -17,7 +17,7 @@ from psycopg_pool import PoolTimeout
 from src.graph.conversation_state import turn_input
 from src.graph.deps import GraphDeps
 from src.graph.memory.epoch import begin
-from src.graph.model_calls import turn_metadata
+from src.graph.model_calls import OverBudget, turn_metadata
 from src.graph.nodes import ModelFailure
 from src.graph.timestamps import stamp
 from src.services.embedding_worker import EmbeddingWorker
@@ -226,7 +226,7 @@ class AgentService(MemoryCommands):
         config: dict[str, Any] = {
             "configurable": configurable,
             "run_name": "turn",
-            "metadata": turn_metadata(identity.owner_id, conversation_id),
+            "metadata": turn_metadata(identity.owner_id, conversation_id, identity.sender_id),
         }
         # No callbacks for the run: the usage recorder is among each model's own (see
         # make_deps), and a run's callbacks make every node, edge and write of the graph
@@ -275,6 +275,13 @@ class AgentService(MemoryCommands):
                                     self.usage.recorder.release(turn_id)
                                 if isinstance(saver, PooledPostgresSaver):
                                     await saver.flush(thread_id)  # the reply's record, now
+        except OverBudget as exc:
+            # The budget ran out half-way (tool rounds): the next call was not made.
+            if not result.done():
+                when = exc.resets_at.astimezone(self.settings.zone)
+                text = t("budget_ran_out", lang, when=f"{when:%Y-%m-%d %H:%M}")
+                result.set_result(TurnResult(text, ok=False, conversation_id=str(conversation_id)))
+            return
         except ModelFailure as exc:
             logger.warning("model failure in a turn of %s: %s", identity.owner_id, exc)
             if not result.done():
@@ -313,6 +320,14 @@ class AgentService(MemoryCommands):
         local = resets.astimezone(self.settings.zone)
         logger.info("user %s is over the token budget until %s", identity.owner_id, local)
         return t("over_budget", identity.language_code, when=f"{local:%Y-%m-%d %H:%M}")
+
+    async def budget_warnings(self, identity: Identity) -> list[str]:
+        """Return a sentence per budget of the owner or sender that is nearly spent
+        (BUDGET_WARN_AT), each said once a period."""
+        if self.usage is None:
+            return []
+        found = await self.usage.budget.warnings(identity.owner_id, identity.sender_id)
+        return [w.text(identity.owner_id, identity.language_code, self.settings) for w in found]
 
     async def _store(
         self,

@@ -1,20 +1,30 @@
-"""Token budgets (USER_DAILY_TOKENS, USER_MONTHLY_TOKENS) and what calls cost (MODEL_PRICES).
+"""Budgets in tokens and in dollars (USER_DAILY_TOKENS ... USER_MONTHLY_USD), and sums.
 
-Days and months are those of TIMEZONE. An owner over either budget gets no model call
-until it resets: their turns are answered with one sentence, and their background work
-(summaries, facts, compacts, reminders) waits. Admins (ADMIN_USER_IDS) are exempt.
+Days and months are those of TIMEZONE. A person or group over any budget gets no model
+call until it resets: their turns are answered with one sentence, a turn that runs out
+half-way stops before its next call (BudgetGuard), and their background work (summaries,
+facts, compacts, reminders) waits. A group turn counts against the group's budgets and
+against the sender's own. Dollars are estimated with MODEL_PRICES (src/services/prices.py),
+transcribed minutes included. Admins (ADMIN_USER_IDS) are exempt.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, time, timedelta
 from typing import Any
 
+from langchain_core.callbacks import AsyncCallbackHandler
+from langchain_core.messages import BaseMessage
+
 from src.config import Settings
-from src.storage.usage_repo import UsageRepository
+from src.graph.model_calls import OverBudget
+from src.services.prices import call_cost
+from src.services.texts import t
+from src.storage.usage_repo import CallRecord, UsageRepository
 
 logger = logging.getLogger(__name__)
 
@@ -42,72 +52,200 @@ def next_month(now: datetime, settings: Settings) -> datetime:
     return day_start(month_start(now, settings) + timedelta(days=32), settings).replace(day=1)
 
 
+BUDGETS = ("day_tokens", "month_tokens", "day_usd", "month_usd")
+"""Each budget: its period (day or month) and its unit (tokens, or US dollars)."""
+
+
+@dataclass
+class Spend:
+    """Tokens (input + output) and their estimated cost in USD."""
+
+    tokens: int = 0
+    usd: float = 0.0
+
+    def add(self, row: dict[str, Any], settings: Settings) -> None:
+        """Add a row of sums of one model (a model without a price costs nothing)."""
+        self.tokens += int(row["input_tokens"] or 0) + int(row["output_tokens"] or 0)
+        self.usd += call_cost(row, settings) or 0.0
+
+
 @dataclass(frozen=True)
 class Spent:
-    """An owner's tokens of today and this month, and when a budget they are over resets."""
+    """A person's (or group's) spend of today and of this month, in TIMEZONE."""
 
-    day: int
-    month: int
-    resets_at: datetime | None
-    """None: within budget."""
+    day: Spend
+    month: Spend
+
+    def of(self, budget: str) -> float:
+        """Return what counts against `budget` (one of BUDGETS)."""
+        period, unit = budget.split("_")
+        spend = self.day if period == "day" else self.month
+        return spend.tokens if unit == "tokens" else spend.usd
+
+
+@dataclass(frozen=True)
+class BudgetWarning:
+    """A budget of a person's (or group's) that is nearly spent."""
+
+    person_id: int
+    budget: str
+    share: float
+    resets_at: datetime
+
+    def text(self, owner_id: int, lang: str | None, settings: Settings) -> str:
+        """Return the warning for the chat of `owner_id` (a group's sender's is theirs)."""
+        local = self.resets_at.astimezone(settings.zone)
+        return t(
+            "budget_warning_chat" if self.person_id == owner_id else "budget_warning_sender",
+            lang,
+            percent=int(self.share * 100),
+            budget=t(f"budget_{self.budget}", lang),
+            when=f"{local:%Y-%m-%d %H:%M}",
+        )
+
+
+def _sums(row: dict[str, Any], period: str) -> dict[str, Any]:
+    """Return one period's columns of a SPENT row as a row of sums."""
+    return {
+        "model": row["model"],
+        "input_tokens": row[f"{period}_input"],
+        "cached_tokens": row[f"{period}_cached"],
+        "output_tokens": row[f"{period}_output"],
+        "audio_seconds": row[f"{period}_audio"],
+    }
 
 
 class Budget:
-    """Tell whether an owner may spend model calls now."""
+    """Tell whether a person or group may spend model calls now."""
 
     def __init__(
-        self, repo: UsageRepository, settings: Settings, clock: Callable[[], datetime]
+        self,
+        repo: UsageRepository,
+        settings: Settings,
+        clock: Callable[[], datetime],
+        unwritten: Callable[[int], list[CallRecord]] | None = None,
     ) -> None:
         self.repo = repo
         self.settings = settings
         self.clock = clock
+        self.unwritten = unwritten or (lambda person_id: [])
+        """The person's calls recorded but not stored yet (a turn's, until its reply)."""
+
+    def limits(self) -> dict[str, float]:
+        """Return the budgets set (USER_DAILY_TOKENS ... USER_MONTHLY_USD), by BUDGETS' key."""
+        s = self.settings
+        limits = zip(
+            BUDGETS,
+            (s.user_daily_tokens, s.user_monthly_tokens, s.user_daily_usd, s.user_monthly_usd),
+            strict=True,
+        )
+        return {key: float(limit) for key, limit in limits if limit}
 
     @property
     def limited(self) -> bool:
         """Tell whether any budget is set."""
-        return bool(self.settings.user_daily_tokens or self.settings.user_monthly_tokens)
+        return bool(self.limits())
 
     def exempt(self, *user_ids: int | None) -> bool:
         """Tell whether any of these is an admin (ADMIN_USER_IDS): admins have no budget."""
         return any(u is not None and u in self.settings.admin_user_ids for u in user_ids)
 
-    async def spent(self, owner_id: int) -> Spent:
-        """Return what the owner spent today and this month, and any reset due."""
+    async def spent(self, person_id: int) -> Spent:
+        """Return what the person (or group) spent today and this month: the calls of
+        their chats, those of group turns they started, and those not stored yet."""
         now, settings = self.clock(), self.settings
-        day, month = await self.repo.spent(
-            owner_id, day_start(now, settings), month_start(now, settings)
-        )
-        resets: list[datetime] = []
-        if settings.user_daily_tokens and day >= settings.user_daily_tokens:
-            resets.append(next_day(now, settings))
-        if settings.user_monthly_tokens and month >= settings.user_monthly_tokens:
-            resets.append(next_month(now, settings))
-        return Spent(day, month, max(resets) if resets else None)
+        day, month = Spend(), Spend()
+        for row in await self.repo.spent(
+            person_id, day_start(now, settings), month_start(now, settings)
+        ):
+            day.add(_sums(row, "day"), settings)
+            month.add(_sums(row, "month"), settings)
+        for record in self.unwritten(person_id):
+            day.add(asdict(record), settings)
+            month.add(asdict(record), settings)
+        return Spent(day, month)
 
-    async def resets_at(self, owner_id: int, *exempt_ids: int | None) -> datetime | None:
-        """Return when the owner's exhausted budget resets (local time), or None when
-        they may spend: within budget, no budget set, or an admin among `exempt_ids`."""
-        if not self.limited or self.exempt(owner_id, *exempt_ids):
+    def resets(self, budget: str) -> datetime:
+        """Return when `budget` starts anew (local time)."""
+        now = self.clock()
+        if budget.startswith("day"):
+            return next_day(now, self.settings)
+        return next_month(now, self.settings)
+
+    async def resets_at(self, owner_id: int, sender_id: int | None = None) -> datetime | None:
+        """Return when the exhausted budget of the owner or of the group turn's sender
+        resets (local time), or None when they may spend: within budget, no budget set,
+        or an admin among them."""
+        limits = self.limits()
+        if not limits or self.exempt(owner_id, sender_id):
             return None
-        return (await self.spent(owner_id)).resets_at
+        resets: list[datetime] = []
+        for person in _people(owner_id, sender_id):
+            spent = await self.spent(person)
+            resets += [self.resets(key) for key, limit in limits.items() if spent.of(key) >= limit]
+        return max(resets) if resets else None
 
     async def allows(self, owner_id: int) -> bool:
         """Tell whether the owner's background work may call models now."""
         return await self.resets_at(owner_id) is None
 
+    async def warnings(self, owner_id: int, sender_id: int | None = None) -> list[BudgetWarning]:
+        """Return the budgets of the owner and sender that are BUDGET_WARN_AT spent and
+        not used up, each once a period: asking again returns them no more."""
+        limits, share = self.limits(), self.settings.budget_warn_at
+        if not limits or not share or self.exempt(owner_id, sender_id):
+            return []
+        now, found = self.clock(), []
+        for person in _people(owner_id, sender_id):
+            spent = await self.spent(person)
+            for key, limit in limits.items():
+                used = spent.of(key) / limit
+                if not share <= used < 1:
+                    continue
+                start = day_start if key.startswith("day") else month_start
+                if await self.repo.warn_once(person, key, start(now, self.settings)):
+                    found.append(BudgetWarning(person, key, used, self.resets(key)))
+        return found
 
-def call_cost(row: dict[str, Any], settings: Settings) -> float | None:
-    """Return the estimated cost in USD of a row of sums (one model), or None when the
-    model has no price in MODEL_PRICES."""
-    price = settings.model_prices.get(str(row["model"]))
-    if price is None:
-        return None
-    cached = int(row["cached_tokens"] or 0)
-    fresh = max(0, int(row["input_tokens"] or 0) - cached)
-    cached_price = price.input if price.cached_input is None else price.cached_input
-    tokens = fresh * price.input + cached * cached_price + int(row["output_tokens"]) * price.output
-    minutes = float(row.get("audio_seconds") or 0) / 60
-    return tokens / 1_000_000 + minutes * price.audio_minute
+
+def _people(owner_id: int, sender_id: int | None) -> list[int]:
+    """Return whose budgets a call counts against: the owner's, and a group's sender's."""
+    return [owner_id] if sender_id in (None, owner_id) else [owner_id, int(sender_id)]
+
+
+class BudgetGuard(AsyncCallbackHandler):
+    """Refuse a turn's model call when the owner or sender is over budget: checked before
+    every call (a turn of tool rounds and memory work makes many), not only the first.
+
+    A chat model's callback, inline and before the recorder: raising from it stops the
+    call before it is made (LangChain re-raises the errors of `raise_error` handlers).
+    """
+
+    raise_error = True
+    run_inline = True
+
+    def __init__(self, budget: Budget) -> None:
+        self.budget = budget
+
+    async def on_chat_model_start(
+        self,
+        serialized: dict[str, Any],
+        messages: list[list[BaseMessage]],
+        *,
+        run_id: uuid.UUID,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Raise OverBudget when the call's turn may spend no more."""
+        meta = metadata or {}
+        owner = meta.get("owner_id")
+        if not meta.get("turn_id") or owner is None or not self.budget.limited:
+            return  # work outside a turn asks `allows` before it starts
+        sender = meta.get("sender_id")
+        resets = await self.budget.resets_at(int(owner), int(sender) if sender else None)
+        if resets is not None:
+            logger.info("a model call of %s stopped: over budget until %s", owner, resets)
+            raise OverBudget(resets)
 
 
 @dataclass

@@ -73,9 +73,9 @@ def make_deps(
     is recorded (models given are recorded too) and budgets hold."""
     callbacks: list[BaseCallbackHandler] | None = None
     if usage is not None:
-        callbacks = [usage.recorder]
-        chat_model = recorded(chat_model, usage.recorder)
-        summary_model = recorded(summary_model, usage.recorder)
+        callbacks = usage.callbacks
+        chat_model = recorded(chat_model, usage)
+        summary_model = recorded(summary_model, usage)
     return GraphDeps(
         settings=settings,
         conversations=ConversationRepository(pool, settings.max_storage),
@@ -117,7 +117,7 @@ async def build_runtime(
         deps = make_deps(settings, pool, chat_model, summary_model, usage)
         graph = build_graph(deps, checkpointer=checkpointer)
         compact_model = (
-            make_compact_model(settings, [usage.recorder])
+            make_compact_model(settings, usage.callbacks)
             if model_configured(settings)
             else deps.summary_model
         )

@@ -77,6 +77,8 @@ class MediaTurn:
     """The album's other updates, answered by this one's turn."""
     owner_id: int | None = None
     """Whose memory the message goes to: its transcription and description are theirs."""
+    sender_id: int | None = None
+    """Who sent it, in a group: their own budgets count its transcription too."""
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -120,12 +122,17 @@ class MediaReader:
         self.transcriber = None
 
     async def read(
-        self, uploads: list[Upload], caption: str, lang: str | None, owner_id: int | None = None
+        self,
+        uploads: list[Upload],
+        caption: str,
+        lang: str | None,
+        owner_id: int | None = None,
+        sender_id: int | None = None,
     ) -> MediaTurn:
         """Read every upload; what fails becomes a sentence in `problems`, the rest the
         turn's text. Nothing to store (`text` empty) when nothing could be read and there
         is no caption. The models' calls are recorded as `owner_id`'s."""
-        turn = MediaTurn(owner_id=owner_id)
+        turn = MediaTurn(owner_id=owner_id, sender_id=sender_id)
         parts: list[str] = []
         pictures: list[Picture] = []
         for upload in uploads:
@@ -169,7 +176,7 @@ class MediaReader:
             return None
         try:
             heard = await self.transcriber.transcribe(
-                upload.data, upload.file_name, upload.seconds, turn.owner_id
+                upload.data, upload.file_name, upload.seconds, turn.owner_id, turn.sender_id
             )
         except TranscriptionError as exc:
             logger.warning("transcription failed: %s", exc)
@@ -214,9 +221,8 @@ class MediaReader:
         request = [SystemMessage(prompts.DESCRIBE_IMAGES.format(language=language))]
         model = with_output_cap(self.deps.chat_model, DESCRIPTION_TOKENS)
         try:
-            answer = await model.ainvoke(
-                [*request, HumanMessage(content)], call_config("describe", turn.owner_id)
-            )
+            config = call_config("describe", turn.owner_id, sender_id=turn.sender_id)
+            answer = await model.ainvoke([*request, HumanMessage(content)], config)
         except openai.BadRequestError as exc:
             # A text-only model with VISION=true: the turn goes on without the photos.
             logger.warning("the chat model refused the photos (not a vision model?): %s", exc)

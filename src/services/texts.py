@@ -150,8 +150,17 @@ TEXTS: dict[str, dict[str, str]] = {
         "без потери важного.",
         "compress_failed": "Не получилось сжать разговор. Ничего не потеряно — "
         "попробуйте чуть позже.",
-        "over_budget": "Лимит токенов исчерпан, поэтому я не отвечаю. Сообщение сохранено; "
+        "over_budget": "Лимит расходов исчерпан, поэтому я не отвечаю. Сообщение сохранено; "
         "лимит обновится {when}.",
+        "budget_ran_out": "Лимит расходов закончился, пока я работал над ответом, и я "
+        "остановился, не закончив. Сообщение сохранено; лимит обновится {when}.",
+        "budget_warning_chat": "Израсходовано {percent}% {budget}. Лимит обновится {when}.",
+        "budget_warning_sender": "Израсходовано {percent}% вашего личного {budget} "
+        "(ответы в группах тоже считаются). Лимит обновится {when}.",
+        "budget_day_tokens": "дневного лимита токенов",
+        "budget_month_tokens": "месячного лимита токенов",
+        "budget_day_usd": "дневного лимита в долларах",
+        "budget_month_usd": "месячного лимита в долларах",
         "usage_title": "Токены (вход, из них из кэша, выход) и примерная стоимость:",
         "usage_line": "{label}: {tokens} (вход {input}, кэш {cached}, выход {output}){cost}",
         "usage_nothing": "{label}: ничего",
@@ -160,6 +169,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "usage_month": "Этот месяц",
         "usage_no_price": " (цена модели не задана)",
         "usage_limits": "Лимиты: {day} в день, {month} в месяц.",
+        "usage_limits_usd": "Лимиты в долларах: {day} в день, {month} в месяц.",
         "usage_unlimited": "без лимита",
         "usage_top_today": "Больше всех токенов сегодня:",
         "usage_top_month": "Больше всех токенов в этом месяце:",
@@ -343,8 +353,17 @@ TEXTS: dict[str, dict[str, str]] = {
         "without losing something important.",
         "compress_failed": "Couldn't compress the conversation. Nothing was lost — "
         "please try again a bit later.",
-        "over_budget": "You have used up your token budget, so I am not answering. Your "
+        "over_budget": "You have used up your budget, so I am not answering. Your "
         "message is saved; the budget resets at {when}.",
+        "budget_ran_out": "Your budget ran out while I was working on this, so I stopped "
+        "before finishing. Your message is saved; the budget resets at {when}.",
+        "budget_warning_chat": "{percent}% of the {budget} is used. It resets at {when}.",
+        "budget_warning_sender": "{percent}% of your personal {budget} is used (answers in "
+        "groups count too). It resets at {when}.",
+        "budget_day_tokens": "daily token budget",
+        "budget_month_tokens": "monthly token budget",
+        "budget_day_usd": "daily budget in dollars",
+        "budget_month_usd": "monthly budget in dollars",
         "usage_title": "Tokens (input, of it cached, output) and estimated cost:",
         "usage_line": "{label}: {tokens} (input {input}, cached {cached}, output {output}){cost}",
         "usage_nothing": "{label}: nothing",
@@ -353,6 +372,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "usage_month": "This month",
         "usage_no_price": " (no price set for the model)",
         "usage_limits": "Budgets: {day} a day, {month} a month.",
+        "usage_limits_usd": "Budgets in dollars: {day} a day, {month} a month.",
         "usage_unlimited": "unlimited",
         "usage_top_today": "Most tokens today:",
         "usage_top_month": "Most tokens this month:",

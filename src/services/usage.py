@@ -3,6 +3,9 @@ direct records for embeddings and transcriptions.
 
 Tokens come from the endpoint's `usage` (streams too: `stream_usage=True`); when it
 reports none they are counted with the project's token counter and marked `estimated`.
+A call cancelled under way (memory work that gives way, a shutdown) is billed by the
+provider all the same: it is recorded as an error, its prompt counted and its answer so
+far, estimated.
 Records are written in the background, one cheap INSERT each: a failed write is logged,
 never raised into the call that was recorded.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 import uuid
@@ -19,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from langchain_core.callbacks import AsyncCallbackHandler
+from langchain_core.callbacks import AsyncCallbackHandler, BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
@@ -28,7 +32,7 @@ from psycopg_pool import AsyncConnectionPool
 from src.config import Settings
 from src.graph.model_calls import ambient_metadata, purpose_of
 from src.graph.tokens import TokenCounter, count_messages, message_text
-from src.services.budget import Budget
+from src.services.budget import Budget, BudgetGuard
 from src.storage.usage_repo import CallRecord, UsageRepository
 
 logger = logging.getLogger(__name__)
@@ -44,6 +48,11 @@ class _Started:
     metadata: dict[str, Any]
     model: str
     messages: Sequence[BaseMessage]
+    task: asyncio.Task[Any] | None = None
+    """The task that made the call: its end records the call if nothing else did (a
+    cancelled `ainvoke` tells its callbacks nothing)."""
+    watch: Callable[[asyncio.Task[Any]], None] | None = None
+    """The task's done-callback that does it."""
 
 
 def _usage_of(response: LLMResult) -> tuple[int, int, int] | None:
@@ -80,11 +89,14 @@ def _output_text(response: LLMResult | None) -> str:
 class UsageRecorder(AsyncCallbackHandler):
     """Store one `llm_calls` row per model call; attach it to every chat model."""
 
+    # Inline: the start runs in the calling task, whose end it watches (see _Started).
+    run_inline = True
+
     def __init__(self, repo: UsageRepository, counter: TokenCounter) -> None:
         self.repo = repo
         self.counter = counter
         self._started: dict[uuid.UUID, _Started] = {}
-        self._writes: set[asyncio.Task[None]] = set()
+        self._writes: dict[asyncio.Task[None], CallRecord] = {}
         self._held: dict[str, list[CallRecord]] = {}
         """Records of turns whose reply is not out yet, by turn id (see `holding`)."""
 
@@ -106,20 +118,41 @@ class UsageRecorder(AsyncCallbackHandler):
         params = kwargs.get("invocation_params") or {}
         model = str(metadata.get("ls_model_name") or params.get("model") or "unknown")
         prompt = messages[0] if messages else []
-        self._started[run_id] = _Started(time.perf_counter(), metadata, model, prompt)
+        started = _Started(time.perf_counter(), metadata, model, prompt)
+        started.task = asyncio.current_task()
+        if started.task is not None:
+            started.watch = functools.partial(self._task_ended, run_id)
+            started.task.add_done_callback(started.watch)
+        self._started[run_id] = started
 
     async def on_llm_end(self, response: LLMResult, *, run_id: uuid.UUID, **kwargs: Any) -> None:
         """Record a finished call with the endpoint's usage (or an estimate)."""
-        started = self._started.pop(run_id, None)
+        started = self._finished(run_id)
         if started is not None:
             self._write(self._record(started, response, None))
 
     async def on_llm_error(self, error: BaseException, *, run_id: uuid.UUID, **kwargs: Any) -> None:
         """Record a failed call: no tokens, unless a stream wrote some before it ended
-        (a stopped answer is paid for up to where it stopped: estimated)."""
-        started = self._started.pop(run_id, None)
+        (a stopped answer is paid for up to where it stopped: estimated), or it was
+        cancelled (its prompt was sent: estimated)."""
+        started = self._finished(run_id)
         if started is not None:
             self._write(self._record(started, kwargs.get("response"), error))
+
+    def _finished(self, run_id: uuid.UUID) -> _Started | None:
+        """Forget a call under way (and stop watching its task); return its start."""
+        started = self._started.pop(run_id, None)
+        if started is not None and started.task is not None and started.watch is not None:
+            started.task.remove_done_callback(started.watch)
+        return started
+
+    def _task_ended(self, run_id: uuid.UUID, task: asyncio.Task[Any]) -> None:
+        """Record a call whose task was cancelled while it waited for the endpoint:
+        nothing else will, and its prompt would stay here. (A task that ended well may
+        have started a stream another task reads on: its end says nothing.)"""
+        if task.cancelled() and run_id in self._started:
+            started = self._started.pop(run_id)
+            self._write(self._record(started, None, asyncio.CancelledError()))
 
     def _record(
         self, started: _Started, response: LLMResult | None, error: BaseException | None
@@ -129,14 +162,16 @@ class UsageRecorder(AsyncCallbackHandler):
             purpose=purpose_of(meta),
             model=started.model,
             owner_id=_int_or_none(meta.get("owner_id")),
+            sender_id=_int_or_none(meta.get("sender_id")),
             conversation_id=meta.get("conversation_id"),
             turn_id=meta.get("turn_id"),
             latency_ms=(time.perf_counter() - started.at) * 1000,
         )
         usage = _usage_of(response) if response is not None else None
+        cancelled = isinstance(error, asyncio.CancelledError)
         if usage is not None:
             record.input_tokens, record.cached_tokens, record.output_tokens = usage
-        elif error is None or _output_text(response):
+        elif error is None or cancelled or _output_text(response):
             record.input_tokens = count_messages(started.messages, self.counter)
             record.output_tokens = self.counter.count(_output_text(response))
             record.estimated = True
@@ -153,6 +188,8 @@ class UsageRecorder(AsyncCallbackHandler):
         if record.owner_id is None:
             record.owner_id = _int_or_none(meta.get("owner_id"))
             record.conversation_id = record.conversation_id or meta.get("conversation_id")
+        if record.sender_id is None and record.owner_id == _int_or_none(meta.get("owner_id")):
+            record.sender_id = _int_or_none(meta.get("sender_id"))
         record.turn_id = record.turn_id or meta.get("turn_id")
         self._write(record)
 
@@ -184,8 +221,19 @@ class UsageRecorder(AsyncCallbackHandler):
             held.append(record)
             return
         task = asyncio.get_running_loop().create_task(self._store(record))
-        self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
+        self._writes[task] = record
+        task.add_done_callback(self._written)
+
+    def _written(self, task: asyncio.Task[None]) -> None:
+        self._writes.pop(task, None)
+
+    def unwritten(self, person_id: int) -> list[CallRecord]:
+        """Return the person's (or group's) records not stored yet: kept for a turn, or
+        being written (budgets count them)."""
+        pending = [*self._writes.values()]
+        for held in self._held.values():
+            pending += held
+        return [r for r in pending if person_id in (r.owner_id, r.sender_id)]
 
     async def _store(self, record: CallRecord) -> None:
         try:
@@ -230,6 +278,12 @@ class Usage:
     recorder: UsageRecorder
     budget: Budget
 
+    @property
+    def callbacks(self) -> list[BaseCallbackHandler]:
+        """Return what every chat model carries: the budget's guard, then the recorder
+        (a call the guard refuses is never made, so never recorded)."""
+        return [BudgetGuard(self.budget), self.recorder]
+
     @classmethod
     def over(
         cls,
@@ -240,17 +294,19 @@ class Usage:
     ) -> Usage:
         """Build usage accounting over the pool."""
         repo = UsageRepository(pool)
-        return cls(repo, UsageRecorder(repo, counter), Budget(repo, settings, clock))
+        recorder = UsageRecorder(repo, counter)
+        return cls(repo, recorder, Budget(repo, settings, clock, recorder.unwritten))
 
 
-def recorded(model: Model | None, recorder: UsageRecorder) -> Model | None:
-    """Return `model` with `recorder` among its callbacks (a copy; None stays None)."""
+def recorded(model: Model | None, usage: Usage) -> Model | None:
+    """Return `model` with the usage callbacks (guard and recorder) among its own (a
+    copy; None stays None)."""
     if model is None:
         return None
     callbacks = model.callbacks
-    if isinstance(callbacks, list) and recorder in callbacks:
+    if isinstance(callbacks, list) and usage.recorder in callbacks:
         return model
     if callbacks is not None and not isinstance(callbacks, list):
         logger.warning("%s has a callback manager: its calls are recorded in turns only", model)
         return model
-    return model.model_copy(update={"callbacks": [*(callbacks or []), recorder]})
+    return model.model_copy(update={"callbacks": [*usage.callbacks, *(callbacks or [])]})

@@ -131,7 +131,14 @@ def usage_line(label_key: str, totals: Totals, lang: str | None) -> str:
     )
 
 
-def render_owner(usage: OwnerUsage, lang: str | None, daily: int, monthly: int) -> str:
+def render_owner(
+    usage: OwnerUsage,
+    lang: str | None,
+    daily: int,
+    monthly: int,
+    daily_usd: float = 0.0,
+    monthly_usd: float = 0.0,
+) -> str:
     """Return /usage's text: the last turn, today, this month, and the budgets if set."""
     lines = [
         t("usage_title", lang),
@@ -142,6 +149,10 @@ def render_owner(usage: OwnerUsage, lang: str | None, daily: int, monthly: int) 
     if daily or monthly:
         none = t("usage_unlimited", lang)
         lines.append(t("usage_limits", lang, day=daily or none, month=monthly or none))
+    if daily_usd or monthly_usd:
+        none = t("usage_unlimited", lang)
+        day, month = (f"${limit:g}" if limit else none for limit in (daily_usd, monthly_usd))
+        lines.append(t("usage_limits_usd", lang, day=day, month=month))
     return "\n".join(lines)
 
 

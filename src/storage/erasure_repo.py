@@ -98,19 +98,21 @@ WITH gone AS (
 INSERT INTO inbox_erased (update_id) SELECT update_id FROM gone ON CONFLICT DO NOTHING
 """
 DELETE_OUTBOX = "DELETE FROM outbox WHERE chat_id = %s"
-# The owner's model calls become one row per day (of `zone`), purpose, model, status and
-# estimate, without conversation, turn, latency or error: the budgets of the current
-# period still count them (erasing must not reset a budget); rows of days before
-# `kept_since` (the budget's month) lose the owner id too.
+# The owner's model calls become one row per day (of `zone`), sender (a group's member:
+# their budgets count its turns), purpose, model, status and estimate, without
+# conversation, turn, latency or error: the budgets of the current period still count
+# them (erasing must not reset a budget); rows of days before `kept_since` (the budget's
+# month) lose the owner and sender ids too.
 COLLAPSE_CALLS = """
 WITH gone AS (DELETE FROM llm_calls WHERE owner_id = %(owner)s RETURNING *)
-INSERT INTO llm_calls (at, owner_id, purpose, model, input_tokens, cached_tokens,
+INSERT INTO llm_calls (at, owner_id, sender_id, purpose, model, input_tokens, cached_tokens,
     output_tokens, audio_seconds, estimated, status, calls)
-SELECT max(at), CASE WHEN max(at) >= %(kept_since)s THEN %(owner)s::bigint END, purpose, model,
+SELECT max(at), CASE WHEN max(at) >= %(kept_since)s THEN %(owner)s::bigint END,
+    CASE WHEN max(at) >= %(kept_since)s THEN sender_id END, purpose, model,
     sum(input_tokens), sum(cached_tokens), sum(output_tokens), sum(audio_seconds), estimated,
     status, sum(calls)
 FROM gone
-GROUP BY date_trunc('day', at, %(zone)s), purpose, model, estimated, status
+GROUP BY date_trunc('day', at, %(zone)s), sender_id, purpose, model, estimated, status
 """
 
 

@@ -12,9 +12,10 @@ from src.storage.base import Conn, Repository, clean_text
 # Committed without waiting for its WAL flush (synchronous_commit off for this statement
 # only): a crash may lose the last few records, never a turn's time.
 INSERT_CALL = """
-INSERT INTO llm_calls (owner_id, conversation_id, turn_id, purpose, model, input_tokens,
-    cached_tokens, output_tokens, audio_seconds, estimated, latency_ms, status, error_class)
-SELECT %(owner_id)s, %(conversation_id)s, %(turn_id)s, %(purpose)s, %(model)s,
+INSERT INTO llm_calls (owner_id, sender_id, conversation_id, turn_id, purpose, model,
+    input_tokens, cached_tokens, output_tokens, audio_seconds, estimated, latency_ms, status,
+    error_class)
+SELECT %(owner_id)s, %(sender_id)s, %(conversation_id)s, %(turn_id)s, %(purpose)s, %(model)s,
     %(input_tokens)s, %(cached_tokens)s, %(output_tokens)s, %(audio_seconds)s,
     %(estimated)s, %(latency_ms)s, %(status)s, %(error_class)s
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
@@ -28,11 +29,30 @@ coalesce(sum(audio_seconds), 0)::float AS audio_seconds,
 coalesce(sum(calls) FILTER (WHERE estimated), 0)::bigint AS estimated,
 coalesce(sum(calls) FILTER (WHERE status = 'error'), 0)::bigint AS errors
 """
-# Both periods in one index range scan over the owner's rows of the month.
+# A person's (or group's) sums by model since the month's start, and since the day's:
+# the calls of their own chats and those they made happen in groups (sender_id).
 SPENT = """
-SELECT coalesce(sum(input_tokens + output_tokens) FILTER (WHERE at >= %s), 0)::bigint AS day,
-       coalesce(sum(input_tokens + output_tokens), 0)::bigint AS month
-FROM llm_calls WHERE owner_id = %s AND at >= %s
+SELECT model,
+    coalesce(sum(input_tokens) FILTER (WHERE at >= %(day)s), 0)::bigint AS day_input,
+    coalesce(sum(cached_tokens) FILTER (WHERE at >= %(day)s), 0)::bigint AS day_cached,
+    coalesce(sum(output_tokens) FILTER (WHERE at >= %(day)s), 0)::bigint AS day_output,
+    coalesce(sum(audio_seconds) FILTER (WHERE at >= %(day)s), 0)::float AS day_audio,
+    sum(input_tokens)::bigint AS month_input, sum(cached_tokens)::bigint AS month_cached,
+    sum(output_tokens)::bigint AS month_output,
+    coalesce(sum(audio_seconds), 0)::float AS month_audio
+FROM (
+    SELECT at, model, input_tokens, cached_tokens, output_tokens, audio_seconds
+    FROM llm_calls WHERE owner_id = %(person)s AND at >= %(since)s
+    UNION ALL
+    SELECT at, model, input_tokens, cached_tokens, output_tokens, audio_seconds
+    FROM llm_calls WHERE sender_id = %(person)s AND at >= %(since)s
+) AS calls
+GROUP BY model
+"""
+# Note a warning about one budget of one period; a row back: not warned before.
+WARN_ONCE = """
+INSERT INTO budget_warnings (owner_id, budget, period_start) VALUES (%s, %s, %s)
+ON CONFLICT DO NOTHING RETURNING owner_id
 """
 OWNER_SUMS = f"SELECT model, {SUMS} FROM llm_calls WHERE owner_id = %s AND at >= %s GROUP BY model"
 LAST_TURN = f"""
@@ -77,6 +97,9 @@ class CallRecord:
     transcription."""
     model: str
     owner_id: int | None = None
+    sender_id: int | None = None
+    """Who wrote the message of a group turn (their budgets count the call too); None in
+    private chats and for work that is the owner's alone."""
     conversation_id: str | None = None
     turn_id: str | None = None
     input_tokens: int = 0
@@ -117,13 +140,21 @@ class UsageRepository(Repository):
             await c.execute(INSERT_CALL, record.params())
 
     async def spent(
-        self, owner_id: int, day_start: datetime, month_start: datetime
-    ) -> tuple[int, int]:
-        """Return the owner's tokens (input + output) since `day_start` and `month_start`."""
+        self, person_id: int, day_start: datetime, month_start: datetime
+    ) -> list[dict[str, Any]]:
+        """Return the person's sums by model since `day_start` (`day_*`) and since
+        `month_start` (`month_*`), their group turns' calls included."""
+        since = min(day_start, month_start)
+        params = {"day": day_start, "person": person_id, "since": since}
         async with self._conn() as c:
-            cur = await c.execute(SPENT, (day_start, owner_id, min(day_start, month_start)))
-            row = await cur.fetchone()
-        return (int(row["day"]), int(row["month"])) if row else (0, 0)
+            return list(await (await c.execute(SPENT, params)).fetchall())
+
+    async def warn_once(self, person_id: int, budget: str, period_start: datetime) -> bool:
+        """Note that the person was warned about `budget` of the period starting at
+        `period_start`; tell whether they were not before."""
+        async with self._conn() as c:
+            cur = await c.execute(WARN_ONCE, (person_id, budget, period_start))
+            return await cur.fetchone() is not None
 
     async def owner_sums(self, owner_id: int, since: datetime) -> list[dict[str, Any]]:
         """Return the owner's sums since `since`, one row per model."""

@@ -382,7 +382,7 @@ async def test_over_the_token_budget_a_voice_note_is_kept_unheard(
     sent = len(llm.requests)
     tg.push_voice(ANN, fake_speech("what I said"), duration=4, language_code="en")
     answer = (await tg.await_messages(ANN, 2))[-1]
-    assert answer["text"].startswith("You have used up your token budget")
+    assert answer["text"].startswith("You have used up your budget")
     assert len(llm.requests) == sent and heard_requests(llm) == [] and tg.downloads == []
     user = [r for r in await rows(pool, ANN) if r["role"] == "user"][-1]
     assert user["content"] == "[Voice message 0:04, not transcribed]"
