@@ -5,6 +5,10 @@ Polling asks for the next updates (which acknowledges the previous ones) only af
 previous batch is stored; a webhook answers 200 only after the update is stored, and 500
 when it could not be (Telegram then sends it again). The gate (`admission`) runs first:
 what it refuses is never stored, and refused users hear why.
+
+The gate's verdict is a fact about an update: it is decided once per `update_id` (its
+rate-limit charge too) and kept until the update is stored, so retries of a batch the
+database refused neither charge the sender again nor answer, stop or press twice.
 """
 
 from __future__ import annotations
@@ -55,6 +59,9 @@ RETRY_AFTER = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
 # How long an admitted album (media group) admits its other items: they come within
 # seconds, and in a group only the captioned one mentions the bot.
 ALBUM_SECONDS = 60.0
+# Verdicts kept for updates not stored yet (a long outage under a webhook): the oldest
+# beyond this are forgotten, and decided again if Telegram sends them again.
+KEEP_VERDICTS = 10_000
 
 
 def chat_id_of(update: Update) -> int | None:
@@ -73,28 +80,45 @@ class Receiver:
         self._answers: set[asyncio.Task[None]] = set()
         self._albums: dict[tuple[int, int, str], float] = {}
         """Albums admitted lately, (chat, sender, media_group_id) -> when."""
+        self._decided: dict[int, bool] = {}
+        """update_id -> whether it goes to the inbox, for updates not stored yet."""
 
     async def accept(self, raw: list[dict[str, Any]]) -> int:
         """Store the updates the gate admits; return how many were new. Raises when the
         database refuses them: the caller must not acknowledge them then."""
         kept: list[tuple[int, int | None, dict[str, Any]]] = []
+        seen: list[int] = []
         for data in raw:
             update = Update.de_json(data, self.app.bot)
-            if update.callback_query is not None:
-                self._later(self._pressed(update.callback_query))
-                continue
-            verdict = self._admit(update)
-            if verdict.accept and update.message and command_name(update.message) == "stop":
-                # Not queued: behind the chat's running turn, it would come after it.
-                self._later(self._stop(update.message))
-            elif verdict.accept:
+            seen.append(update.update_id)
+            store = self._decided.get(update.update_id)
+            if store is None:
+                store = self._decided[update.update_id] = self._first_sight(update)
+            if store:
                 kept.append((update.update_id, chat_id_of(update), data))
-            elif verdict.answer is not None and update.message is not None:
-                self._later(self._say(update, verdict.answer))
+        while len(self._decided) > KEEP_VERDICTS:
+            del self._decided[next(iter(self._decided))]
         new = await self.state.service.deps.delivery.store_updates(kept, QUEUE, TASK)
+        for update_id in seen:
+            self._decided.pop(update_id, None)
         if len(new) < len(kept):
             logger.info("%d update(s) received again: ignored", len(kept) - len(new))
         return len(new)
+
+    def _first_sight(self, update: Update) -> bool:
+        """Decide an update's fate once: run the gate (charging the sender's rate limit),
+        answer a refusal, run /stop or a button press; return whether to store it."""
+        if update.callback_query is not None:
+            self._later(self._pressed(update.callback_query))
+            return False
+        verdict = self._admit(update)
+        if verdict.accept and update.message and command_name(update.message) == "stop":
+            # Not queued: behind the chat's running turn, it would come after it.
+            self._later(self._stop(update.message))
+            return False
+        if not verdict.accept and verdict.answer is not None and update.message is not None:
+            self._later(self._say(update, verdict.answer))
+        return verdict.accept
 
     def _admit(self, update: Update) -> Verdict:
         """Run the gate; the other items of an album it admitted go with it.
