@@ -218,7 +218,7 @@ async def answer(
         return
     if reply is None:
         return
-    status = await state.outbox.deliver(context.bot, reply, live_id=live_id)
+    status = await state.outbox.deliver(context.bot, reply, live_id=live_id, edit_at=live.edit_at())
     if status == "rejected":
         # Telegram refused the reply itself (logged with its reason): say so.
         await say(message, t("internal_error", lang))

@@ -92,6 +92,7 @@ class LiveReply:
         self._busy = False
         self._task: asyncio.Task[None] | None = None
         self._started: float | None = None
+        self._last_call: float | None = None
 
     # --- what the turn reports ------------------------------------------------------------
 
@@ -175,6 +176,7 @@ class LiveReply:
             return
         finally:
             self._busy = False
+            self._last_call = asyncio.get_running_loop().time()
         self.calls += 1
         self._shown = (view, part)
         if self.first_shown is None:
@@ -198,6 +200,11 @@ class LiveReply:
             await self.bot.edit_message_text(
                 view, self.chat_id, self.message_id, reply_markup=stop_button(self.lang)
             )
+
+    def edit_at(self) -> float:
+        """Return the loop time from which the live message may be edited again: the
+        final reply's edit keeps the spacing of the live ones (EDIT_EVERY)."""
+        return 0.0 if self._last_call is None else self._last_call + EDIT_EVERY
 
     def _in_flight_wait(self) -> float:
         if not self._busy:

@@ -41,12 +41,15 @@ class Outbox:
         self.on_blocked = on_blocked
         self.backoff = backoff
 
-    async def deliver(self, bot: Bot, reply: Reply, live_id: int | None = None) -> str:
+    async def deliver(
+        self, bot: Bot, reply: Reply, live_id: int | None = None, edit_at: float = 0.0
+    ) -> str:
         """Send what Telegram has not accepted yet of `reply`; return its final status.
 
         `live_id`: the message that showed the reply while it was written (src/bot/live.py);
         the reply's first part replaces its text (and its Stop button) instead of
-        coming as a new message.
+        coming as a new message, not before the loop time `edit_at` (a second after the
+        last live edit: Telegram allows about one edit a second in a group).
         """
         if reply.status != "pending":
             return reply.status
@@ -58,6 +61,8 @@ class Outbox:
             logger.warning("empty reply to update %s: nothing sent", reply.update_id)
         for index in range(len(reply.sent_ids), len(chunks)):
             replacing = live_id if index == 0 else None
+            if replacing is not None:
+                await asyncio.sleep(max(0.0, edit_at - asyncio.get_running_loop().time()))
             status = await self._send_part(bot, reply, chunks[index], index == 0, replacing)
             if status != "sent":
                 return status

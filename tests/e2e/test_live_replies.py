@@ -88,6 +88,26 @@ async def test_a_group_answer_is_one_message_edited_at_most_once_a_second(
     assert tg.drafts_to(GROUP) == []
 
 
+async def test_the_final_edit_keeps_a_second_after_the_last_live_update(
+    start_bot: Any, tg: FakeBotAPI, slow_llm: Any
+) -> None:
+    """The model writes for 1.6 s: the live message goes out after 1 s, and the final
+    answer replaces it no sooner than a second after that (as the requests reach the
+    Bot API), not the moment it is stored."""
+    await start_bot()
+    words = " ".join(f"w{i}" for i in range(16))
+    slow_llm.script_for(CHAT_MODEL, words)
+    tg.push_text(ANN, "@tgagent_test_bot count", chat_id=GROUP, chat_type="supergroup")
+    await until(lambda: any(e["text"] == words for e in edits_to(tg, GROUP)), 20)
+    requests = [
+        c["time"]
+        for c in tg.calls
+        if c["method"] in ("sendMessage", "editMessageText") and c["params"]["chat_id"] == GROUP
+    ]
+    assert len(requests) >= 2  # the live message, then the final edit
+    assert min(b - a for a, b in zip(requests, requests[1:], strict=False)) >= EDIT_EVERY
+
+
 async def test_a_quick_group_answer_is_sent_once_without_edits(
     start_bot: Any, tg: FakeBotAPI, llm: Any
 ) -> None:
