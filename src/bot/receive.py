@@ -36,7 +36,7 @@ from src.bot.commands import (
 )
 from src.bot.data_commands import ERASE_DATA, erase_pressed
 from src.bot.handlers import ACCEPT, IGNORE, Verdict, admission
-from src.bot.live import STOP_DATA
+from src.bot.live import stopped_turn
 from src.bot.memory_view import MEMORY_DATA
 from src.bot.queue import QUEUE, TASK
 from src.bot.state import BotState
@@ -177,10 +177,11 @@ class Receiver:
             if query.data == ERASE_DATA:
                 await erase_pressed(self.state, self.app.bot, query)
                 return
-            if query.data != STOP_DATA:
+            turn = stopped_turn(query.data)
+            if turn is None:
                 await query.answer()
                 return
-            result = await request_stop(self.state, self.app.bot, chat.id, user)
+            result = await request_stop(self.state, self.app.bot, chat.id, user, turn=turn)
             key = {"stopped": "stopped", "not_yours": "stop_not_yours"}.get(
                 result, "nothing_to_stop"
             )
