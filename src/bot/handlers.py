@@ -40,6 +40,8 @@ from src.storage.delivery_repo import Delivery
 
 logger = logging.getLogger(__name__)
 
+ACK = "ack"  # the outbox kind of the acknowledgement of documents sent without a question
+
 
 # --- the gate: runs where updates arrive, and again before every update is handled -----
 
@@ -136,7 +138,11 @@ async def on_media(update: Update, context: Context) -> None:
         album, siblings = await gather_album(state, bot, update)
         repo = state.service.deps.delivery
         if await repo.stored_message_id(update.update_id) is not None:
-            # An earlier run stored what it read (its worker died): answer that.
+            # An earlier run stored what it read (its worker died): acknowledge it again
+            # if that is what it did (the outbox sends it once), else answer it.
+            if await repo.reply(update.update_id, ACK) is not None:
+                await say_once(update, context, ACK, "")
+                return
             await answer(update, context, "", MediaTurn(siblings=siblings))
             return
         captioned = caption_of(album)
@@ -151,21 +157,41 @@ async def on_media(update: Update, context: Context) -> None:
             uploads, problems = await uploads_of(bot, album, state.settings, lang)
             turn = await state.media.read(uploads, caption, lang, identity.owner_id)
         turn.siblings = siblings
-        for sentence in problems + turn.problems:
-            await say(message, sentence)
+        for n, sentence in enumerate(problems + turn.problems):
+            await say_once(update, context, f"problem:{n}", sentence)
         if not turn.text:
             for update_id in siblings:  # nothing to answer: the album is done
                 await repo.finish(update_id)
             return
         if turn.heard is not None:
-            await say(message, t("heard", lang, text=turn.heard))
+            await say_once(update, context, "heard", t("heard", lang, text=turn.heard))
         if turn.answer:
             await answer(update, context, turn.text, turn)
             return
         delivery = delivery_of(update, message, state)
         said = group_turn_text(message, turn.text)
         await state.service.remember(identity_of(message), said, delivery, turn)
-        await say(message, acknowledgement(turn, lang))
+        await say_once(update, context, ACK, acknowledgement(turn, lang))
+
+
+async def say_once(update: Update, context: Context, kind: str, text: str) -> None:
+    """Send a message beside the update's reply (`kind` names it) through the outbox:
+    stored first, so that the update's job run again never sends it twice. An empty
+    `text` sends what is stored under `kind`, if anything."""
+    message, state = message_of(update), state_of(context)
+    delivery = replace(delivery_of(update, message, state), fmt="plain")
+    repo = state.service.deps.delivery
+    try:
+        if text:
+            await repo.add_reply(delivery, text, kind=kind)
+        reply = await repo.reply(update.update_id, kind)
+    except DB_ERRORS:
+        logger.error("outbox unavailable: a message to %s goes unstored", update.update_id)
+        if text:
+            await say(message, text)
+        return
+    if reply is not None:
+        await state.outbox.deliver(context.bot, reply)
 
 
 def delivery_of(update: Update, message: Message, state: BotState) -> Delivery:

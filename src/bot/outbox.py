@@ -66,7 +66,7 @@ class Outbox:
             status = await self._send_part(bot, reply, chunks[index], index == 0, replacing)
             if status != "sent":
                 return status
-        await self.repo.close(reply.update_id, "sent")
+        await self.repo.close(reply.update_id, "sent", kind=reply.kind)
         reply.status = "sent"
         return "sent"
 
@@ -89,12 +89,14 @@ class Outbox:
                 wait = exc.retry_after
                 seconds = wait if isinstance(wait, int | float) else wait.total_seconds()
                 logger.info("reply to %s: flood limit, again in %.0f s", reply.update_id, seconds)
-                await self.repo.record_attempt(reply.update_id, f"429 retry after {seconds}")
+                await self.repo.record_attempt(
+                    reply.update_id, f"429 retry after {seconds}", reply.kind
+                )
                 await asyncio.sleep(seconds)
                 continue
             except Forbidden as exc:
                 logger.info("cannot write to the chat %s: %s", reply.chat_id, exc.message)
-                await self.repo.close(reply.update_id, "blocked", exc.message)
+                await self.repo.close(reply.update_id, "blocked", exc.message, reply.kind)
                 if self.on_blocked is not None:
                     await self.on_blocked(reply.chat_id, exc.message)
                 return "blocked"
@@ -104,24 +106,24 @@ class Outbox:
                     plain = True
                     continue
                 logger.warning("reply to %s rejected: %s", reply.update_id, exc.message)
-                await self.repo.close(reply.update_id, "rejected", exc.message)
+                await self.repo.close(reply.update_id, "rejected", exc.message, reply.kind)
                 return "rejected"
             except (NetworkError, TelegramError) as exc:
                 # 5xx, timeouts, connection failures: a timeout may have delivered the
                 # part already, the one case a part can show twice.
                 if failures >= len(self.backoff):
                     logger.error("reply to %s failed for good: %s", reply.update_id, exc)
-                    await self.repo.close(reply.update_id, "failed", str(exc))
+                    await self.repo.close(reply.update_id, "failed", str(exc), reply.kind)
                     return "failed"
                 pause = self.backoff[failures]
                 failures += 1
                 logger.warning(
                     "reply to %s not sent (%s): again in %.0f s", reply.update_id, exc, pause
                 )
-                await self.repo.record_attempt(reply.update_id, str(exc))
+                await self.repo.record_attempt(reply.update_id, str(exc), reply.kind)
                 await asyncio.sleep(pause)
                 continue
-            await self.repo.record_sent(reply.update_id, sent_id)
+            await self.repo.record_sent(reply.update_id, sent_id, reply.kind)
             reply.sent_ids.append(sent_id)
             return "sent"
 
