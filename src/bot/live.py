@@ -29,6 +29,7 @@ from telegram import (
 from telegram.constants import MessageLimit
 from telegram.error import (
     BadRequest,
+    ChatMigrated,
     EndPointNotFound,
     Forbidden,
     InvalidToken,
@@ -184,7 +185,7 @@ class LiveReply:
                 return
             self._fall_back(exc)
             return
-        except Forbidden as exc:
+        except (Forbidden, ChatMigrated) as exc:
             logger.info("live reply in %s refused: %s", self.chat_id, exc.message)
             self.mode = "off"
             return

@@ -4,7 +4,8 @@ Each part Telegram accepts is recorded with its message id before the next one i
 so a resend after a crash starts at the first part not sent. 429 waits `retry_after`
 (as often as Telegram asks), 5xx and timeouts retry with backoff, 403 marks the reply
 `blocked` (the user blocked the bot), 400 "can't parse entities" sends the part again as
-plain text, and any other 400 marks it `rejected`.
+plain text, a group upgraded to a supergroup (ChatMigrated) moves the group's rows to its
+new id and sends there at once, and any other 400 marks it `rejected`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,14 @@ from collections.abc import Awaitable, Callable
 
 from telegram import Bot, Message, ReplyParameters
 from telegram.constants import ParseMode
-from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError
+from telegram.error import (
+    BadRequest,
+    ChatMigrated,
+    Forbidden,
+    NetworkError,
+    RetryAfter,
+    TelegramError,
+)
 
 from src.bot.formatting import markdown_to_html, split_markdown, split_message
 from src.storage.delivery_repo import DeliveryRepository, Reply
@@ -36,9 +44,11 @@ class Outbox:
         repo: DeliveryRepository,
         on_blocked: Callable[[int, str], Awaitable[None]] | None = None,
         backoff: tuple[float, ...] = BACKOFF,
+        on_migrated: Callable[[int, int], Awaitable[None]] | None = None,
     ) -> None:
         self.repo = repo
         self.on_blocked = on_blocked
+        self.on_migrated = on_migrated
         self.backoff = backoff
 
     async def deliver(
@@ -93,6 +103,15 @@ class Outbox:
                     reply.update_id, f"429 retry after {seconds}", reply.kind
                 )
                 await asyncio.sleep(seconds)
+                continue
+            except ChatMigrated as exc:
+                # The group is a supergroup now: its rows (this reply's too) move to the
+                # new id, and the part goes there; the live message stays behind.
+                logger.info("chat %s is now %s", reply.chat_id, exc.new_chat_id)
+                if self.on_migrated is not None:
+                    await self.on_migrated(reply.chat_id, exc.new_chat_id)
+                reply.chat_id, reply.thread_id, reply.reply_to = exc.new_chat_id, None, None
+                live_id = None
                 continue
             except Forbidden as exc:
                 logger.info("cannot write to the chat %s: %s", reply.chat_id, exc.message)
