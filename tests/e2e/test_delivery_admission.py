@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -69,17 +66,6 @@ async def test_a_batch_retried_through_an_outage_keeps_its_verdicts(
     assert tg.texts_to(STRANGER) == [t("not_allowed", "ru")]
     said = [c for role, c in await stored(pool, ANN) if role == "user"]
     assert len(said) == 3 and all(f"message {i}" in said[i] for i in range(3))
-
-
-@pytest.fixture
-def private_server() -> Iterator[Any]:
-    """Start a throwaway embedded cluster this test may stop (never the shared server)."""
-    import pgserver
-
-    with tempfile.TemporaryDirectory(prefix="tga-", dir="/tmp") as tmp:
-        server = pgserver.get_server(Path(tmp) / "pg", cleanup_mode="stop")
-        yield server
-        server.cleanup()
 
 
 def stop_server(server: Any) -> None:
