@@ -36,7 +36,7 @@ from src.bot.state import BotState, state_of
 from src.services.agent_service import DB_ERRORS
 from src.services.media import MediaTurn
 from src.services.texts import t
-from src.storage.delivery_repo import Delivery
+from src.storage.delivery_repo import Delivery, Reply
 
 logger = logging.getLogger(__name__)
 
@@ -138,10 +138,11 @@ async def on_media(update: Update, context: Context) -> None:
         album, siblings = await gather_album(state, bot, update)
         repo = state.service.deps.delivery
         if await repo.stored_message_id(update.update_id) is not None:
-            # An earlier run stored what it read (its worker died): acknowledge it again
-            # if that is what it did (the outbox sends it once), else answer it.
-            if await repo.reply(update.update_id, ACK) is not None:
-                await say_once(update, context, ACK, "")
+            # An earlier run stored what it read (its worker died): acknowledge it if that
+            # is what it did (the outbox sends it once), else answer it.
+            ack = await repo.reply(update.update_id, ACK)
+            if ack is not None:
+                await state.outbox.deliver(bot, ack)
                 return
             await answer(update, context, "", MediaTurn(siblings=siblings))
             return
@@ -170,28 +171,39 @@ async def on_media(update: Update, context: Context) -> None:
             return
         delivery = delivery_of(update, message, state)
         said = group_turn_text(message, turn.text)
+        # The acknowledgement is stored before the message, sent after it: a run again
+        # after a death in between acknowledges, never answers, what was stored.
+        text = acknowledgement(turn, lang)
+        ack = await keep_aside(update, context, ACK, text)
         await state.service.remember(identity_of(message), said, delivery, turn)
-        await say_once(update, context, ACK, acknowledgement(turn, lang))
+        if ack is None:
+            await say(message, text)
+        else:
+            await state.outbox.deliver(bot, ack)
 
 
-async def say_once(update: Update, context: Context, kind: str, text: str) -> None:
-    """Send a message beside the update's reply (`kind` names it) through the outbox:
-    stored first, so that the update's job run again never sends it twice. An empty
-    `text` sends what is stored under `kind`, if anything."""
+async def keep_aside(update: Update, context: Context, kind: str, text: str) -> Reply | None:
+    """Store a message beside the update's reply (`kind` names it) in the outbox, unless
+    one is stored already; return the stored one (None: the outbox is unavailable)."""
     message, state = message_of(update), state_of(context)
     delivery = replace(delivery_of(update, message, state), fmt="plain")
     repo = state.service.deps.delivery
     try:
-        if text:
-            await repo.add_reply(delivery, text, kind=kind)
-        reply = await repo.reply(update.update_id, kind)
+        await repo.add_reply(delivery, text, kind=kind)
+        return await repo.reply(update.update_id, kind)
     except DB_ERRORS:
         logger.error("outbox unavailable: a message to %s goes unstored", update.update_id)
-        if text:
-            await say(message, text)
-        return
-    if reply is not None:
-        await state.outbox.deliver(context.bot, reply)
+        return None
+
+
+async def say_once(update: Update, context: Context, kind: str, text: str) -> None:
+    """Send a message beside the update's reply through the outbox (see keep_aside), so
+    that the update's job run again never sends it twice."""
+    reply = await keep_aside(update, context, kind, text)
+    if reply is None:
+        await say(message_of(update), text)
+    else:
+        await state_of(context).outbox.deliver(context.bot, reply)
 
 
 def delivery_of(update: Update, message: Message, state: BotState) -> Delivery:

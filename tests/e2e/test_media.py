@@ -431,3 +431,23 @@ async def test_a_voice_note_whose_job_runs_again_echoes_what_it_heard_once(
     await tg.await_messages(ANN, 2)
     assert tg.texts_to(ANN) == [heard, "Хлеб — записал."]
     assert len(llm.transcriptions) == 2  # heard again: nothing of it was stored
+
+
+async def test_a_document_whose_job_runs_again_is_acknowledged_once_and_not_answered(
+    start_bot: Any, tg: FakeBotAPI, llm: Any, pool: Any
+) -> None:
+    """A document without a question was stored and acknowledged; its job runs again (its
+    worker was taken for dead): nothing is sent again, and no turn answers it."""
+    bot = await start_bot()
+    state = state_of(bot.app)
+    update_id = tg.push_document(ANN, "notes.txt", b"Buy a bike.", language_code="en")
+    [ack] = await tg.await_messages(ANN, 1)
+    repo = state.service.deps.delivery
+    deadline = asyncio.get_running_loop().time() + 10
+    while (row := await repo.inbox_row(update_id)) is None or row["done_at"] is None:
+        assert asyncio.get_running_loop().time() < deadline, "the job did not finish"
+        await asyncio.sleep(0.02)
+    await bot.app.process_update(Update.de_json(row["payload"], bot.app.bot))
+    assert tg.texts_to(ANN) == [ack["text"]]
+    assert chat_requests(llm) == []
+    assert [r["role"] for r in await rows(pool, ANN)] == ["user"]
