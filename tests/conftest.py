@@ -41,6 +41,18 @@ def pg_dsn() -> Iterator[str]:
         server.cleanup()
 
 
+@pytest.fixture
+def private_server() -> Iterator[Any]:
+    """Start a throwaway embedded cluster a test may stop or restart (never the shared
+    server)."""
+    import pgserver
+
+    with tempfile.TemporaryDirectory(prefix="tgr-", dir="/tmp") as tmp:
+        server = pgserver.get_server(Path(tmp) / "pg", cleanup_mode="stop")
+        yield server
+        server.cleanup()
+
+
 def schema_dsn(dsn: str, schema: str) -> str:
     """Return `dsn` with its search_path set to `schema`."""
     return psycopg.conninfo.make_conninfo(dsn, options=f"-c search_path={schema}")

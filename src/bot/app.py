@@ -88,7 +88,11 @@ async def _post_init(app: App) -> None:
         state.runtime = await build_runtime(state.settings)
         state.owns_runtime = True
     state.reminders = ReminderService(state.runtime.deps, state.runtime.service.locks)
-    state.sender = Outbox(state.runtime.deps.delivery, on_blocked=state.reminders_gone)
+    state.sender = Outbox(
+        state.runtime.deps.delivery,
+        on_blocked=state.reminders_gone,
+        on_migrated=state.chat_migrated,
+    )
     if state.access.open:
         logger.warning(
             "the bot is open to everyone: set ALLOWED_USER_IDS or ADMIN_USER_IDS to close it"

@@ -219,9 +219,15 @@ async def cmd_stop(update: Update, context: Context) -> None:
 
 
 async def request_stop(
-    state: BotState, bot: Bot, chat_id: int, user: User | None, admin: bool = False
+    state: BotState,
+    bot: Bot,
+    chat_id: int,
+    user: User | None,
+    admin: bool = False,
+    turn: int | None = None,
 ) -> str:
-    """Stop a chat's running turn for `user`: "stopped", "not_yours" or "none".
+    """Stop a chat's running turn (`turn`: only that update's, as a Stop button asks)
+    for `user`: "stopped", "not_yours" or "none".
 
     In a group, the one who asked may stop it, and so may an administrator (asked of
     Telegram only when the one stopping did not ask).
@@ -230,10 +236,10 @@ async def request_stop(
         return "none"
     stops = state.stops
     if stops is None:  # this process does not listen (tests building handlers alone)
-        return state.live.stop(chat_id, user.id, admin) or "none"
-    result = await stops.request(chat_id, user.id, admin)
+        return state.live.stop(chat_id, user.id, admin, turn) or "none"
+    result = await stops.request(chat_id, user.id, admin, turn)
     if result == "not_yours" and await state.group_admins.is_admin(bot, chat_id, user.id):
-        result = await stops.request(chat_id, user.id, admin=True)
+        result = await stops.request(chat_id, user.id, admin=True, turn=turn)
     return result
 
 

@@ -37,9 +37,11 @@ from src.bot.state import BotState, state_of
 from src.services.agent_service import DB_ERRORS
 from src.services.media import MediaTurn
 from src.services.texts import t
-from src.storage.delivery_repo import Delivery
+from src.storage.delivery_repo import Delivery, Reply
 
 logger = logging.getLogger(__name__)
+
+ACK = "ack"  # the outbox kind of the acknowledgement of documents sent without a question
 
 
 # --- the gate: runs where updates arrive, and again before every update is handled -----
@@ -137,7 +139,12 @@ async def on_media(update: Update, context: Context) -> None:
         album, siblings = await gather_album(state, bot, update)
         repo = state.service.deps.delivery
         if await repo.stored_message_id(update.update_id) is not None:
-            # An earlier run stored what it read (its worker died): answer that.
+            # An earlier run stored what it read (its worker died): acknowledge it if that
+            # is what it did (the outbox sends it once), else answer it.
+            ack = await repo.reply(update.update_id, ACK)
+            if ack is not None:
+                await state.outbox.deliver(bot, ack)
+                return
             await answer(update, context, "", MediaTurn(siblings=siblings))
             return
         captioned = caption_of(album)
@@ -154,21 +161,52 @@ async def on_media(update: Update, context: Context) -> None:
                 uploads, caption, lang, identity.owner_id, identity.sender_id
             )
         turn.siblings = siblings
-        for sentence in problems + turn.problems:
-            await say(message, sentence)
+        for n, sentence in enumerate(problems + turn.problems):
+            await say_once(update, context, f"problem:{n}", sentence)
         if not turn.text:
             for update_id in siblings:  # nothing to answer: the album is done
                 await repo.finish(update_id)
             return
         if turn.heard is not None:
-            await say(message, t("heard", lang, text=turn.heard))
+            await say_once(update, context, "heard", t("heard", lang, text=turn.heard))
         if turn.answer:
             await answer(update, context, turn.text, turn)
             return
         delivery = delivery_of(update, message, state)
         said = group_turn_text(message, turn.text)
+        # The acknowledgement is stored before the message, sent after it: a run again
+        # after a death in between acknowledges, never answers, what was stored.
+        text = acknowledgement(turn, lang)
+        ack = await keep_aside(update, context, ACK, text)
         await state.service.remember(identity_of(message), said, delivery, turn)
-        await say(message, acknowledgement(turn, lang))
+        if ack is None:
+            await say(message, text)
+        else:
+            await state.outbox.deliver(bot, ack)
+
+
+async def keep_aside(update: Update, context: Context, kind: str, text: str) -> Reply | None:
+    """Store a message beside the update's reply (`kind` names it) in the outbox, unless
+    one is stored already; return the stored one (None: the outbox is unavailable)."""
+    message, state = message_of(update), state_of(context)
+    delivery = replace(delivery_of(update, message, state), fmt="plain")
+    repo = state.service.deps.delivery
+    try:
+        await repo.add_reply(delivery, text, kind=kind)
+        return await repo.reply(update.update_id, kind)
+    except DB_ERRORS:
+        logger.error("outbox unavailable: a message to %s goes unstored", update.update_id)
+        return None
+
+
+async def say_once(update: Update, context: Context, kind: str, text: str) -> None:
+    """Send a message beside the update's reply through the outbox (see keep_aside), so
+    that the update's job run again never sends it twice."""
+    reply = await keep_aside(update, context, kind, text)
+    if reply is None:
+        await say(message_of(update), text)
+    else:
+        await state_of(context).outbox.deliver(context.bot, reply)
 
 
 def delivery_of(update: Update, message: Message, state: BotState) -> Delivery:
@@ -199,7 +237,7 @@ async def answer(
             await state.service.remember(identity, said, delivery, media)
         await say(message, t("waited_too_long", lang, minutes=round(waited / 60)))
         return
-    live = LiveReply(context.bot, message, show=state.settings.stream_replies)
+    live = LiveReply(context.bot, message, update.update_id, show=state.settings.stream_replies)
     state.live.add(live)  # /stop finds it there
     try:
         live.start()
@@ -223,7 +261,7 @@ async def answer(
         return
     if reply is None:
         return
-    status = await state.outbox.deliver(context.bot, reply, live_id=live_id)
+    status = await state.outbox.deliver(context.bot, reply, live_id=live_id, edit_at=live.edit_at())
     if status == "rejected":
         # Telegram refused the reply itself (logged with its reason): say so.
         await say(message, t("internal_error", lang))

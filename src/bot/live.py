@@ -29,6 +29,7 @@ from telegram import (
 from telegram.constants import MessageLimit
 from telegram.error import (
     BadRequest,
+    ChatMigrated,
     EndPointNotFound,
     Forbidden,
     InvalidToken,
@@ -54,21 +55,39 @@ FIRST_EDIT_AFTER = 1.0
 # one still queued by the rate limiter is never sent).
 FIRST_SEND_WAIT = 5.0
 UPDATE_WAIT = 0.5
-STOP_DATA = "stop"  # the Stop button's callback data
+# The Stop button's callback data: this prefix and the update_id of the turn it stops,
+# so that a button left under an old answer never stops the chat's next turn.
+STOP_DATA = "stop:"
 
 
-def stop_button(lang: str | None) -> InlineKeyboardMarkup:
-    """The Stop button under a live message."""
+def stop_data(turn: int) -> str:
+    """Return the callback data of the Stop button of a turn."""
+    return f"{STOP_DATA}{turn}"
+
+
+def stopped_turn(data: str | None) -> int | None:
+    """Return the turn a Stop button's callback data names, or None if it is none's."""
+    if not data or not data.startswith(STOP_DATA):
+        return None
+    turn = data.removeprefix(STOP_DATA)
+    return int(turn) if turn.lstrip("-").isdigit() else None
+
+
+def stop_button(lang: str | None, turn: int) -> InlineKeyboardMarkup:
+    """The Stop button under a live message of a turn."""
     return InlineKeyboardMarkup(
-        [[InlineKeyboardButton(t("stop_button", lang), callback_data=STOP_DATA)]]
+        [[InlineKeyboardButton(t("stop_button", lang), callback_data=stop_data(turn))]]
     )
 
 
 class LiveReply:
-    """One turn's answer, shown while it is written; its `stream` goes to the turn."""
+    """One turn's answer, shown while it is written; its `stream` goes to the turn.
 
-    def __init__(self, bot: Bot, message: Message, show: bool = True) -> None:
+    `turn`: the update_id of the message it answers (what its Stop button names)."""
+
+    def __init__(self, bot: Bot, message: Message, turn: int, show: bool = True) -> None:
         self.bot = bot
+        self.turn = turn
         self.chat_id = message.chat_id
         self.thread_id = message.message_thread_id if message.is_topic_message else None
         self.private = is_private(message)
@@ -92,6 +111,7 @@ class LiveReply:
         self._busy = False
         self._task: asyncio.Task[None] | None = None
         self._started: float | None = None
+        self._last_call: float | None = None
 
     # --- what the turn reports ------------------------------------------------------------
 
@@ -165,7 +185,7 @@ class LiveReply:
                 return
             self._fall_back(exc)
             return
-        except Forbidden as exc:
+        except (Forbidden, ChatMigrated) as exc:
             logger.info("live reply in %s refused: %s", self.chat_id, exc.message)
             self.mode = "off"
             return
@@ -175,6 +195,7 @@ class LiveReply:
             return
         finally:
             self._busy = False
+            self._last_call = asyncio.get_running_loop().time()
         self.calls += 1
         self._shown = (view, part)
         if self.first_shown is None:
@@ -191,13 +212,18 @@ class LiveReply:
                 view,
                 message_thread_id=self.thread_id,
                 reply_parameters=self._quote(),
-                reply_markup=stop_button(self.lang),
+                reply_markup=stop_button(self.lang, self.turn),
             )
             self.message_id = sent.message_id
         else:
             await self.bot.edit_message_text(
-                view, self.chat_id, self.message_id, reply_markup=stop_button(self.lang)
+                view, self.chat_id, self.message_id, reply_markup=stop_button(self.lang, self.turn)
             )
+
+    def edit_at(self) -> float:
+        """Return the loop time from which the live message may be edited again: the
+        final reply's edit keeps the spacing of the live ones (EDIT_EVERY)."""
+        return 0.0 if self._last_call is None else self._last_call + EDIT_EVERY
 
     def _in_flight_wait(self) -> float:
         if not self._busy:
@@ -263,11 +289,12 @@ class LiveTurns:
         if self._by_chat.get(live.chat_id) is live:
             del self._by_chat[live.chat_id]
 
-    def stop(self, chat_id: int, user_id: int, admin: bool) -> str | None:
-        """Stop the chat's live turn here; return "stopped", "not_yours" (a group member
-        who neither asked nor administers), or None when no turn of the chat runs here."""
+    def stop(self, chat_id: int, user_id: int, admin: bool, turn: int | None = None) -> str | None:
+        """Stop the chat's live turn here (`turn`: only if it is that one); return
+        "stopped", "not_yours" (a group member who neither asked nor administers), or
+        None when no such turn of the chat runs here."""
         live = self._by_chat.get(chat_id)
-        if live is None:
+        if live is None or turn not in (None, live.turn):
             return None
         if not (live.private or admin or live.asker in (None, user_id)):
             return "not_yours"

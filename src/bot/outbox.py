@@ -4,7 +4,8 @@ Each part Telegram accepts is recorded with its message id before the next one i
 so a resend after a crash starts at the first part not sent. 429 waits `retry_after`
 (as often as Telegram asks), 5xx and timeouts retry with backoff, 403 marks the reply
 `blocked` (the user blocked the bot), 400 "can't parse entities" sends the part again as
-plain text, and any other 400 marks it `rejected`.
+plain text, a group upgraded to a supergroup (ChatMigrated) moves the group's rows to its
+new id and sends there at once, and any other 400 marks it `rejected`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,14 @@ from collections.abc import Awaitable, Callable
 
 from telegram import Bot, Message, ReplyParameters
 from telegram.constants import ParseMode
-from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError
+from telegram.error import (
+    BadRequest,
+    ChatMigrated,
+    Forbidden,
+    NetworkError,
+    RetryAfter,
+    TelegramError,
+)
 
 from src.bot.formatting import markdown_to_html, split_markdown, split_message
 from src.storage.delivery_repo import DeliveryRepository, Reply
@@ -36,17 +44,22 @@ class Outbox:
         repo: DeliveryRepository,
         on_blocked: Callable[[int, str], Awaitable[None]] | None = None,
         backoff: tuple[float, ...] = BACKOFF,
+        on_migrated: Callable[[int, int], Awaitable[None]] | None = None,
     ) -> None:
         self.repo = repo
         self.on_blocked = on_blocked
+        self.on_migrated = on_migrated
         self.backoff = backoff
 
-    async def deliver(self, bot: Bot, reply: Reply, live_id: int | None = None) -> str:
+    async def deliver(
+        self, bot: Bot, reply: Reply, live_id: int | None = None, edit_at: float = 0.0
+    ) -> str:
         """Send what Telegram has not accepted yet of `reply`; return its final status.
 
         `live_id`: the message that showed the reply while it was written (src/bot/live.py);
         the reply's first part replaces its text (and its Stop button) instead of
-        coming as a new message.
+        coming as a new message, not before the loop time `edit_at` (a second after the
+        last live edit: Telegram allows about one edit a second in a group).
         """
         if reply.status != "pending":
             return reply.status
@@ -58,10 +71,12 @@ class Outbox:
             logger.warning("empty reply to update %s: nothing sent", reply.update_id)
         for index in range(len(reply.sent_ids), len(chunks)):
             replacing = live_id if index == 0 else None
+            if replacing is not None:
+                await asyncio.sleep(max(0.0, edit_at - asyncio.get_running_loop().time()))
             status = await self._send_part(bot, reply, chunks[index], index == 0, replacing)
             if status != "sent":
                 return status
-        await self.repo.close(reply.update_id, "sent")
+        await self.repo.close(reply.update_id, "sent", kind=reply.kind)
         reply.status = "sent"
         return "sent"
 
@@ -84,12 +99,23 @@ class Outbox:
                 wait = exc.retry_after
                 seconds = wait if isinstance(wait, int | float) else wait.total_seconds()
                 logger.info("reply to %s: flood limit, again in %.0f s", reply.update_id, seconds)
-                await self.repo.record_attempt(reply.update_id, f"429 retry after {seconds}")
+                await self.repo.record_attempt(
+                    reply.update_id, f"429 retry after {seconds}", reply.kind
+                )
                 await asyncio.sleep(seconds)
+                continue
+            except ChatMigrated as exc:
+                # The group is a supergroup now: its rows (this reply's too) move to the
+                # new id, and the part goes there; the live message stays behind.
+                logger.info("chat %s is now %s", reply.chat_id, exc.new_chat_id)
+                if self.on_migrated is not None:
+                    await self.on_migrated(reply.chat_id, exc.new_chat_id)
+                reply.chat_id, reply.thread_id, reply.reply_to = exc.new_chat_id, None, None
+                live_id = None
                 continue
             except Forbidden as exc:
                 logger.info("cannot write to the chat %s: %s", reply.chat_id, exc.message)
-                await self.repo.close(reply.update_id, "blocked", exc.message)
+                await self.repo.close(reply.update_id, "blocked", exc.message, reply.kind)
                 if self.on_blocked is not None:
                     await self.on_blocked(reply.chat_id, exc.message)
                 return "blocked"
@@ -99,24 +125,24 @@ class Outbox:
                     plain = True
                     continue
                 logger.warning("reply to %s rejected: %s", reply.update_id, exc.message)
-                await self.repo.close(reply.update_id, "rejected", exc.message)
+                await self.repo.close(reply.update_id, "rejected", exc.message, reply.kind)
                 return "rejected"
             except (NetworkError, TelegramError) as exc:
                 # 5xx, timeouts, connection failures: a timeout may have delivered the
                 # part already, the one case a part can show twice.
                 if failures >= len(self.backoff):
                     logger.error("reply to %s failed for good: %s", reply.update_id, exc)
-                    await self.repo.close(reply.update_id, "failed", str(exc))
+                    await self.repo.close(reply.update_id, "failed", str(exc), reply.kind)
                     return "failed"
                 pause = self.backoff[failures]
                 failures += 1
                 logger.warning(
                     "reply to %s not sent (%s): again in %.0f s", reply.update_id, exc, pause
                 )
-                await self.repo.record_attempt(reply.update_id, str(exc))
+                await self.repo.record_attempt(reply.update_id, str(exc), reply.kind)
                 await asyncio.sleep(pause)
                 continue
-            await self.repo.record_sent(reply.update_id, sent_id)
+            await self.repo.record_sent(reply.update_id, sent_id, reply.kind)
             reply.sent_ids.append(sent_id)
             return "sent"
 

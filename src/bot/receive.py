@@ -5,6 +5,10 @@ Polling asks for the next updates (which acknowledges the previous ones) only af
 previous batch is stored; a webhook answers 200 only after the update is stored, and 500
 when it could not be (Telegram then sends it again). The gate (`admission`) runs first:
 what it refuses is never stored, and refused users hear why.
+
+The gate's verdict is a fact about an update: it is decided once per `update_id` (its
+rate-limit charge too) and kept until the update is stored, so retries of a batch the
+database refused neither charge the sender again nor answer, stop or press twice.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from src.bot.commands import (
 )
 from src.bot.data_commands import ERASE_DATA, erase_pressed
 from src.bot.handlers import ACCEPT, IGNORE, Verdict, admission
-from src.bot.live import STOP_DATA
+from src.bot.live import stopped_turn
 from src.bot.memory_view import MEMORY_DATA
 from src.bot.queue import QUEUE, TASK
 from src.bot.state import BotState
@@ -55,12 +59,28 @@ RETRY_AFTER = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
 # How long an admitted album (media group) admits its other items: they come within
 # seconds, and in a group only the captioned one mentions the bot.
 ALBUM_SECONDS = 60.0
+# Verdicts kept for updates not stored yet (a long outage under a webhook): the oldest
+# beyond this are forgotten, and decided again if Telegram sends them again.
+KEEP_VERDICTS = 10_000
 
 
 def chat_id_of(update: Update) -> int | None:
     """Return the chat an update belongs to (its jobs run in order per chat)."""
     chat = update.effective_chat
     return chat.id if chat is not None else None
+
+
+def migration_of(update: Update) -> tuple[int, int] | None:
+    """Return (old, new) chat ids if the update announces a group's upgrade to a
+    supergroup (Telegram says it in both chats), else None."""
+    message = update.message
+    if message is None:
+        return None
+    if message.migrate_to_chat_id is not None:
+        return message.chat_id, message.migrate_to_chat_id
+    if message.migrate_from_chat_id is not None:
+        return message.migrate_from_chat_id, message.chat_id
+    return None
 
 
 class Receiver:
@@ -73,28 +93,49 @@ class Receiver:
         self._answers: set[asyncio.Task[None]] = set()
         self._albums: dict[tuple[int, int, str], float] = {}
         """Albums admitted lately, (chat, sender, media_group_id) -> when."""
+        self._decided: dict[int, bool] = {}
+        """update_id -> whether it goes to the inbox, for updates not stored yet."""
 
     async def accept(self, raw: list[dict[str, Any]]) -> int:
         """Store the updates the gate admits; return how many were new. Raises when the
         database refuses them: the caller must not acknowledge them then."""
         kept: list[tuple[int, int | None, dict[str, Any]]] = []
+        seen: list[int] = []
         for data in raw:
             update = Update.de_json(data, self.app.bot)
-            if update.callback_query is not None:
-                self._later(self._pressed(update.callback_query))
-                continue
-            verdict = self._admit(update)
-            if verdict.accept and update.message and command_name(update.message) == "stop":
-                # Not queued: behind the chat's running turn, it would come after it.
-                self._later(self._stop(update.message))
-            elif verdict.accept:
+            seen.append(update.update_id)
+            store = self._decided.get(update.update_id)
+            if store is None:
+                store = self._decided[update.update_id] = self._first_sight(update)
+            if store:
                 kept.append((update.update_id, chat_id_of(update), data))
-            elif verdict.answer is not None and update.message is not None:
-                self._later(self._say(update, verdict.answer))
+        while len(self._decided) > KEEP_VERDICTS:
+            del self._decided[next(iter(self._decided))]
         new = await self.state.service.deps.delivery.store_updates(kept, QUEUE, TASK)
+        for update_id in seen:
+            self._decided.pop(update_id, None)
         if len(new) < len(kept):
             logger.info("%d update(s) received again: ignored", len(kept) - len(new))
         return len(new)
+
+    def _first_sight(self, update: Update) -> bool:
+        """Decide an update's fate once: run the gate (charging the sender's rate limit),
+        answer a refusal, run /stop or a button press; return whether to store it."""
+        if update.callback_query is not None:
+            self._later(self._pressed(update.callback_query))
+            return False
+        moved = migration_of(update)
+        if moved is not None:
+            self._later(self._migrated(*moved))
+            return False
+        verdict = self._admit(update)
+        if verdict.accept and update.message and command_name(update.message) == "stop":
+            # Not queued: behind the chat's running turn, it would come after it.
+            self._later(self._stop(update.message))
+            return False
+        if not verdict.accept and verdict.answer is not None and update.message is not None:
+            self._later(self._say(update, verdict.answer))
+        return verdict.accept
 
     def _admit(self, update: Update) -> Verdict:
         """Run the gate; the other items of an album it admitted go with it.
@@ -121,6 +162,14 @@ class Receiver:
         task = asyncio.create_task(work)
         self._answers.add(task)
         task.add_done_callback(self._answers.discard)
+
+    async def _migrated(self, old: int, new: int) -> None:
+        """The group `old` is the supergroup `new` now: move its rows there."""
+        try:
+            await self.state.chat_migrated(old, new)
+        except Exception:
+            # The next reply to the old id meets ChatMigrated and moves them then.
+            logger.warning("could not move group %s to %s", old, new, exc_info=True)
 
     async def _stop(self, message: Message) -> None:
         """/stop: end the chat's running turn, in whichever process runs it."""
@@ -153,10 +202,11 @@ class Receiver:
             if query.data == ERASE_DATA:
                 await erase_pressed(self.state, self.app.bot, query)
                 return
-            if query.data != STOP_DATA:
+            turn = stopped_turn(query.data)
+            if turn is None:
                 await query.answer()
                 return
-            result = await request_stop(self.state, self.app.bot, chat.id, user)
+            result = await request_stop(self.state, self.app.bot, chat.id, user, turn=turn)
             key = {"stopped": "stopped", "not_yours": "stop_not_yours"}.get(
                 result, "nothing_to_stop"
             )

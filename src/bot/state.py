@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -13,12 +14,15 @@ from src.services.factory import Runtime
 from src.services.keyed_lock import KeyedLock
 from src.services.media import MediaReader
 from src.services.reminders import ReminderService
+from src.storage.chat_moves import ChatMoveRepository
 
 if TYPE_CHECKING:
     from src.bot.outbox import Outbox
     from src.bot.queue import UpdateWorker
     from src.bot.receive import Receiver
     from src.bot.stops import StopChannel
+
+logger = logging.getLogger(__name__)
 
 BOT_DATA_KEY = "tgagent"
 
@@ -86,6 +90,16 @@ class BotState:
         """A private chat refuses the bot's messages: stop reminding its user."""
         if chat_id > 0 and self.reminders is not None:
             await self.reminders.recipient_gone(chat_id, reason)
+
+    async def chat_migrated(self, old: int, new: int) -> None:
+        """A group became a supergroup with a new chat id: its memory, budget, model and
+        pending replies go with it (under the group's turn lock, like an erase)."""
+        async with self.service.locks.hold(old):
+            moved = await ChatMoveRepository(self.service.deps.delivery.pool).move(old, new)
+        if moved:
+            logger.info("group %s is now supergroup %s: moved %s", old, new, moved)
+        if old in self.access.allowed and not self.access.allows(0, new):
+            logger.warning("group %s is now %s: add the new id to ALLOWED_USER_IDS", old, new)
 
     def ready(self) -> bool:
         """Tell whether what this process runs (receiving, working) has started."""

@@ -26,10 +26,14 @@ ACK_CHANNEL = "tgagent_stopped"
 ACK_WAIT = 1.5  # seconds the asking process waits for the running one to answer
 RECONNECT_AFTER = 1.0
 
-RUNNING = (
-    "SELECT EXISTS (SELECT 1 FROM procrastinate_jobs WHERE lock = %s AND status = 'doing')"
-    " AS running"
-)
+# Whether one of the chat's updates (or, given, that update) is being handled.
+RUNNING = """
+SELECT EXISTS (
+    SELECT 1 FROM procrastinate_jobs
+    WHERE lock = %s AND status = 'doing'
+      AND (%s::bigint IS NULL OR (args ->> 'update_id')::bigint = %s)
+) AS running
+"""
 
 
 class StopChannel:
@@ -42,19 +46,24 @@ class StopChannel:
         self.listening = asyncio.Event()
         self._waiting: dict[str, asyncio.Future[str]] = {}
 
-    async def request(self, chat_id: int, user_id: int, admin: bool) -> str:
-        """Stop the chat's running turn; return "stopped", "not_yours" or "none"."""
-        here = self.local.stop(chat_id, user_id, admin)
+    async def request(
+        self, chat_id: int, user_id: int, admin: bool, turn: int | None = None
+    ) -> str:
+        """Stop the chat's running turn (`turn`: only if it is that update's); return
+        "stopped", "not_yours" or "none"."""
+        here = self.local.stop(chat_id, user_id, admin, turn)
         if here is not None:
             return here
         async with self.pool.connection() as conn:
-            row = await (await conn.execute(RUNNING, (f"chat:{chat_id}",))).fetchone()
+            running = (f"chat:{chat_id}", turn, turn)
+            row = await (await conn.execute(RUNNING, running)).fetchone()
             if row is None or not row["running"]:
                 return "none"
             token = secrets.token_hex(8)
             answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
             self._waiting[token] = answer
             request = {"chat": chat_id, "user": user_id, "admin": admin, "token": token}
+            request["turn"] = turn
             await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, json.dumps(request)))
         try:
             return await asyncio.wait_for(answer, ACK_WAIT)
@@ -90,7 +99,13 @@ class StopChannel:
             if answer is not None and not answer.done():
                 answer.set_result(str(data.get("result")))
             return
-        result = self.local.stop(int(data["chat"]), int(data["user"]), bool(data["admin"]))
+        turn = data.get("turn")
+        result = self.local.stop(
+            int(data["chat"]),
+            int(data["user"]),
+            bool(data["admin"]),
+            int(turn) if turn is not None else None,
+        )
         if result is None:
             return
         ack = json.dumps({"token": data["token"], "result": result})

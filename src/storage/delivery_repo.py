@@ -56,25 +56,30 @@ erased AS (DELETE FROM inbox_erased WHERE erased_at < now() - %s)
 DELETE FROM outbox WHERE status <> 'pending' AND created_at < now() - %s
 """
 
+# An update's outbox rows: its reply (kind 'reply') and the messages its turn sends
+# beside it (kinds such as 'heard', 'ack', 'problem:0'), each stored once.
 ADD_REPLY = """
-INSERT INTO outbox (update_id, chat_id, thread_id, reply_to, text, fmt)
-VALUES (%s, %s, %s, %s, %s, %s)
-ON CONFLICT (update_id) DO NOTHING
+INSERT INTO outbox (update_id, chat_id, thread_id, reply_to, text, fmt, kind)
+VALUES (%s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (update_id, kind) DO NOTHING
 """
-REPLY = "SELECT * FROM outbox WHERE update_id = %s"
+REPLY = "SELECT * FROM outbox WHERE update_id = %s AND kind = %s"
 RECORD_SENT = """
 UPDATE outbox SET sent_ids = sent_ids || %s::bigint, attempts = attempts + 1, error = NULL
-WHERE update_id = %s
+WHERE update_id = %s AND kind = %s
 """
-RECORD_ATTEMPT = "UPDATE outbox SET attempts = attempts + 1, error = %s WHERE update_id = %s"
+RECORD_ATTEMPT = """
+UPDATE outbox SET attempts = attempts + 1, error = %s WHERE update_id = %s AND kind = %s
+"""
 CLOSE = """
 UPDATE outbox SET status = %s, error = coalesce(%s, error),
     sent_at = CASE WHEN %s = 'sent' THEN now() ELSE sent_at END
-WHERE update_id = %s
+WHERE update_id = %s AND kind = %s
 """
 PENDING_COUNT = "SELECT count(*) AS n FROM outbox WHERE status = 'pending'"
 
 KEEP_UPDATES = timedelta(days=2)
+REPLY_KIND = "reply"  # the outbox row of a turn's reply (see ADD_REPLY)
 
 
 @dataclass(frozen=True)
@@ -116,6 +121,7 @@ class Reply:
     status: str = "pending"
     sent_ids: list[int] = field(default_factory=list)
     attempts: int = 0
+    kind: str = REPLY_KIND
 
     @classmethod
     def of(cls, row: dict[str, Any]) -> Reply:
@@ -130,6 +136,7 @@ class Reply:
             row["status"],
             list(row["sent_ids"] or ()),
             row["attempts"],
+            row["kind"],
         )
 
 
@@ -210,8 +217,11 @@ class DeliveryRepository(Repository):
         async with self._conn() as conn:
             return (await conn.execute(PRUNE, (keep, keep, keep))).rowcount
 
-    async def add_reply(self, delivery: Delivery, text: str, conn: Conn | None = None) -> None:
-        """Store the reply to the update, unless one is stored already."""
+    async def add_reply(
+        self, delivery: Delivery, text: str, conn: Conn | None = None, kind: str = REPLY_KIND
+    ) -> None:
+        """Store the reply to the update (or, by `kind`, a message beside it), unless one
+        is stored already."""
         params = (
             delivery.update_id,
             delivery.chat_id,
@@ -219,30 +229,34 @@ class DeliveryRepository(Repository):
             delivery.reply_to,
             clean_text(text),
             delivery.fmt,
+            kind,
         )
         async with self._conn(conn) as c:
             await c.execute(ADD_REPLY, params)
 
-    async def reply(self, update_id: int) -> Reply | None:
-        """Return the stored reply to the update, or None."""
+    async def reply(self, update_id: int, kind: str = REPLY_KIND) -> Reply | None:
+        """Return the stored reply to the update (or its message of `kind`), or None."""
         async with self._conn() as conn:
-            row = await (await conn.execute(REPLY, (update_id,))).fetchone()
+            row = await (await conn.execute(REPLY, (update_id, kind))).fetchone()
         return Reply.of(row) if row else None
 
-    async def record_sent(self, update_id: int, message_id: int) -> None:
+    async def record_sent(self, update_id: int, message_id: int, kind: str = REPLY_KIND) -> None:
         """Record that Telegram accepted one more part of the reply."""
         async with self._conn() as conn:
-            await conn.execute(RECORD_SENT, (message_id, update_id))
+            await conn.execute(RECORD_SENT, (message_id, update_id, kind))
 
-    async def record_attempt(self, update_id: int, error: str) -> None:
+    async def record_attempt(self, update_id: int, error: str, kind: str = REPLY_KIND) -> None:
         """Record a failed attempt to send the reply."""
         async with self._conn() as conn:
-            await conn.execute(RECORD_ATTEMPT, (error[:500], update_id))
+            await conn.execute(RECORD_ATTEMPT, (error[:500], update_id, kind))
 
-    async def close(self, update_id: int, status: str, error: str | None = None) -> None:
+    async def close(
+        self, update_id: int, status: str, error: str | None = None, kind: str = REPLY_KIND
+    ) -> None:
         """Mark the reply sent, or finally refused (`blocked`, `rejected`, `failed`)."""
+        params = (status, error and error[:500], status, update_id, kind)
         async with self._conn() as conn:
-            await conn.execute(CLOSE, (status, error and error[:500], status, update_id))
+            await conn.execute(CLOSE, params)
 
     async def pending_replies(self) -> int:
         """Return how many replies wait to be sent."""

@@ -26,6 +26,7 @@ from tests.e2e.conftest import (
     until,
     wait_until_running,
 )
+from tests.fakes.bot_api_markup import callback_data_of
 from tests.fakes.bot_api_server import FakeBotAPI
 
 ANN = 9301
@@ -88,6 +89,26 @@ async def test_a_group_answer_is_one_message_edited_at_most_once_a_second(
     assert tg.drafts_to(GROUP) == []
 
 
+async def test_the_final_edit_keeps_a_second_after_the_last_live_update(
+    start_bot: Any, tg: FakeBotAPI, slow_llm: Any
+) -> None:
+    """The model writes for 1.6 s: the live message goes out after 1 s, and the final
+    answer replaces it no sooner than a second after that (as the requests reach the
+    Bot API), not the moment it is stored."""
+    await start_bot()
+    words = " ".join(f"w{i}" for i in range(16))
+    slow_llm.script_for(CHAT_MODEL, words)
+    tg.push_text(ANN, "@tgagent_test_bot count", chat_id=GROUP, chat_type="supergroup")
+    await until(lambda: any(e["text"] == words for e in edits_to(tg, GROUP)), 20)
+    requests = [
+        c["time"]
+        for c in tg.calls
+        if c["method"] in ("sendMessage", "editMessageText") and c["params"]["chat_id"] == GROUP
+    ]
+    assert len(requests) >= 2  # the live message, then the final edit
+    assert min(b - a for a, b in zip(requests, requests[1:], strict=False)) >= EDIT_EVERY
+
+
 async def test_a_quick_group_answer_is_sent_once_without_edits(
     start_bot: Any, tg: FakeBotAPI, llm: Any
 ) -> None:
@@ -144,13 +165,39 @@ async def test_the_stop_button_stops_a_group_answer_for_the_asker_only(
     [live] = sends_to(tg, GROUP)
     tg.push_text(BOB, "/stop@tgagent_test_bot", chat_id=GROUP, chat_type="supergroup")
     await until(lambda: t("stop_not_yours", "ru") in tg.texts_to(GROUP))
-    tg.push_callback(ANN, GROUP, live["message_id"], STOP_DATA)
+    [data] = callback_data_of(live["params"].get("reply_markup"))
+    tg.push_callback(ANN, GROUP, live["message_id"], data)
     await until(lambda: bool(tg.callback_answers))
     assert tg.callback_answers[-1]["text"] == t("stopped", "ru")
     await until(lambda: any("⏹" in e["text"] for e in edits_to(tg, GROUP)))
     final = [e for e in edits_to(tg, GROUP) if "⏹" in e["text"]]
     assert len(final) == 1 and not final[0]["params"].get("reply_markup")
     assert len(sends_to(tg, GROUP)) == 2  # the live message and the refusal to Bob
+
+
+async def test_a_stop_button_left_under_an_old_answer_stops_nothing_else(
+    start_bot: Any, tg: FakeBotAPI, slow_llm: Any
+) -> None:
+    """A live message the final answer could neither replace nor delete keeps its Stop
+    button; pressed during the chat's next turn, it stops nothing: it names its turn."""
+    await start_bot()
+    slow_llm.script_for(CHAT_MODEL, " ".join(f"w{i}" for i in range(15)), WORDS)
+    tg.push_text(ANN, "@tgagent_test_bot count", chat_id=GROUP, chat_type="supergroup")
+    await until(lambda: bool(sends_to(tg, GROUP)))
+    [old] = sends_to(tg, GROUP)
+    tg.fail_next("editMessageText", 1, 400, "Bad Request: message can't be edited")
+    tg.fail_next("deleteMessage", 1, 400, "Bad Request: message can't be deleted")
+    await until(lambda: len(sends_to(tg, GROUP)) == 2, 20)  # the answer, sent anew
+    kept = tg.bot_message(GROUP, old["message_id"])
+    assert kept is not None
+    [data] = callback_data_of(kept.get("reply_markup"))
+    tg.push_text(ANN, "@tgagent_test_bot count again", chat_id=GROUP, chat_type="supergroup")
+    await until(lambda: len(sends_to(tg, GROUP)) == 3)  # the next turn's live message
+    tg.push_callback(ANN, GROUP, old["message_id"], data)
+    await until(lambda: bool(tg.callback_answers))
+    assert tg.callback_answers[-1]["text"] == t("nothing_to_stop", "ru")
+    await until(lambda: any(e["text"] == WORDS for e in edits_to(tg, GROUP)), 20)
+    assert not any("⏹" in m["text"] for m in tg.messages_to(GROUP))
 
 
 async def test_without_drafts_the_private_answer_is_an_edited_message(

@@ -387,3 +387,72 @@ async def test_over_the_token_budget_a_voice_note_is_kept_unheard(
     user = [r for r in await rows(pool, ANN) if r["role"] == "user"][-1]
     assert user["content"] == "[Voice message 0:04, not transcribed]"
     assert user["meta"] == {"media": ["voice"]}
+
+
+async def echo_recorded(pool: Any, update_id: int, timeout: float = 10.0) -> None:
+    """Wait until the outbox recorded the update's "heard" echo as sent (before that, a
+    worker's death may send it twice: Telegram took it, the outbox did not hear back)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT status FROM outbox WHERE update_id = %s AND kind = 'heard'", (update_id,)
+            )
+            row = await cur.fetchone()
+        if row is not None and row["status"] == "sent":
+            return
+        assert asyncio.get_running_loop().time() < deadline, "the echo was not recorded"
+        await asyncio.sleep(0.02)
+
+
+async def test_a_voice_note_whose_job_runs_again_echoes_what_it_heard_once(
+    start_bot: Any, tg: FakeBotAPI, llm: Any, pool: Any
+) -> None:
+    """The worker died after the "heard" echo, before the turn stored the message: the
+    update's job runs again, hears the note again, and answers it, but the echo (kept in
+    the outbox with the update) is not sent a second time."""
+    bot = await start_bot()
+    state = state_of(bot.app)
+    update_id = 777_000_102
+    voice = tg.add_file(fake_speech("купить хлеб"), "voice") | {"duration": 2}
+    raw = {"update_id": update_id, "message": tg._message(ANN) | {"voice": voice}}
+    async with pool.connection() as conn:
+        await conn.execute(
+            "INSERT INTO inbox (update_id, chat_id, payload) VALUES (%s, %s, %s)",
+            (update_id, ANN, json.dumps(raw)),
+        )
+    heard = t("heard", "ru", text="купить хлеб")
+    async with state.service.locks.hold(ANN):  # the turn waits here, after the echo
+        first = asyncio.create_task(bot.app.process_update(Update.de_json(raw, bot.app.bot)))
+        assert [m["text"] for m in await tg.await_messages(ANN, 1)] == [heard]
+        await echo_recorded(pool, update_id)
+        # The worker dies: everything of the update stops before the message is stored.
+        for task in [first, *state.service._background]:
+            task.cancel()
+        await asyncio.gather(first, *state.service._background, return_exceptions=True)
+    assert await stored(pool, ANN) == []
+    llm.script_for(CHAT_MODEL, "Хлеб — записал.")
+    await bot.app.process_update(Update.de_json(raw, bot.app.bot))
+    await tg.await_messages(ANN, 2)
+    assert tg.texts_to(ANN) == [heard, "Хлеб — записал."]
+    assert len(llm.transcriptions) == 2  # heard again: nothing of it was stored
+
+
+async def test_a_document_whose_job_runs_again_is_acknowledged_once_and_not_answered(
+    start_bot: Any, tg: FakeBotAPI, llm: Any, pool: Any
+) -> None:
+    """A document without a question was stored and acknowledged; its job runs again (its
+    worker was taken for dead): nothing is sent again, and no turn answers it."""
+    bot = await start_bot()
+    state = state_of(bot.app)
+    update_id = tg.push_document(ANN, "notes.txt", b"Buy a bike.", language_code="en")
+    [ack] = await tg.await_messages(ANN, 1)
+    repo = state.service.deps.delivery
+    deadline = asyncio.get_running_loop().time() + 10
+    while (row := await repo.inbox_row(update_id)) is None or row["done_at"] is None:
+        assert asyncio.get_running_loop().time() < deadline, "the job did not finish"
+        await asyncio.sleep(0.02)
+    await bot.app.process_update(Update.de_json(row["payload"], bot.app.bot))
+    assert tg.texts_to(ANN) == [ack["text"]]
+    assert chat_requests(llm) == []
+    assert [r["role"] for r in await rows(pool, ANN)] == ["user"]

@@ -44,6 +44,12 @@ Command menus: kept per scope and language, validated as Telegram does (see
 `tests.fakes.bot_api_commands`); `menu(chat_id, user_id, language_code)` is the list a user
 sees in that chat, found through Telegram's order of scopes.
 
+Groups upgraded to supergroups: `migrate_group(old, new)` makes every chat method aimed at
+the old group's id answer as Telegram does, 400 "Bad Request: group chat was upgraded to a
+supergroup chat" with `parameters.migrate_to_chat_id` (PTB raises ChatMigrated), and with
+`announce` pushes the two service messages Telegram sends: `migrate_to_chat_id` in the old
+group, `migrate_from_chat_id` in the new supergroup.
+
 Inline keyboards: a bot message keeps the inline keyboard it was sent or last edited with;
 editMessageText without `reply_markup` removes it, as on Telegram, and "message is not
 modified" compares the text (with its formatting) and the keyboard. `push_callback` presses
@@ -103,6 +109,7 @@ NOT_MODIFIED = (
     "Bad Request: message is not modified: specified new message content and reply markup are "
     "exactly the same as a current content and reply markup of the message"
 )
+MIGRATED = "Bad Request: group chat was upgraded to a supergroup chat"
 QUERY_INVALID = "Bad Request: query is too old and response timeout expired or query ID is invalid"
 MAX_CALLBACK_ANSWER = 200  # characters of an answerCallbackQuery text
 # ChatMember.status values, and the fields Telegram sends with each beyond `status`/`user`.
@@ -229,6 +236,7 @@ class FakeBotAPI(BackgroundAiohttpServer):
         self._writers: set[tuple[Any, int]] = set()  # (chat, user): wrote there, a member
         self._members: dict[Any, dict[int, str]] = {}  # statuses tests set
         self._last_message: dict[Any, int] = {}
+        self._migrated: dict[Any, int] = {}  # old group id -> its supergroup's id
         self._update_ids = itertools.count(1)
         self._message_ids = itertools.count(1)
         self._query_ids = itertools.count(1)
@@ -360,6 +368,7 @@ class FakeBotAPI(BackgroundAiohttpServer):
             self._posted.clear()
             self.download_limit = DOWNLOAD_LIMIT
             self._members.clear()
+            self._migrated.clear()
 
     # ----- chat members ------------------------------------------------------------------
 
@@ -414,6 +423,22 @@ class FakeBotAPI(BackgroundAiohttpServer):
             status = "member" if present else "left"
         member = {"status": status, "user": user} | MEMBER_FIELDS[status]
         return 200, {"ok": True, "result": member}
+
+    def migrate_group(self, old: int, new: int, user_id: int = 1, announce: bool = False) -> None:
+        """Upgrade the group `old` to the supergroup `new` (by `user_id`): calls aimed at
+        the old id fail with ChatMigrated from now on; `announce` pushes the service
+        messages Telegram sends in both chats."""
+        if old >= 0 or new >= 0:
+            raise ValueError("groups have negative ids")
+        with self._lock:
+            title = self._chats.get(old, {}).get("title", "Test group")
+            self._chats[new] = {"id": new, "type": "supergroup", "title": title}
+            self._migrated[old] = new
+        if announce:
+            gone = self._message(user_id, old, "group", title=title) | {"migrate_to_chat_id": new}
+            self.push_update({"message": gone})
+            came = self._message(user_id, new, "supergroup", title=title)
+            self.push_update({"message": came | {"migrate_from_chat_id": old}})
 
     # ----- update builders ---------------------------------------------------------------
 
@@ -775,6 +800,7 @@ class FakeBotAPI(BackgroundAiohttpServer):
             fault = queue.popleft() if queue else None
             known = method != "sendmessagedraft" or self.drafts_supported
             blocked = known and method in CHAT_METHODS and chat_id in self.blocked
+            moved = self._migrated.get(chat_id) if method in CHAT_METHODS else None
         if self.delay:
             await self._sleep(self.delay)
         if fault is not None:
@@ -783,6 +809,10 @@ class FakeBotAPI(BackgroundAiohttpServer):
             return _fail(404, "Not Found: method not found")
         if blocked:
             return _fail(403, ERROR_TEXT[403])
+        if moved is not None:
+            body = {"ok": False, "error_code": 400, "description": MIGRATED}
+            body["parameters"] = {"migrate_to_chat_id": moved}
+            return web.json_response(body, status=400)
         handler = getattr(self, f"_m_{method}", None)
         if handler is not None:
             result = await handler(params)

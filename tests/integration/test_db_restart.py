@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import tempfile
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,17 +16,6 @@ from src.storage.pg_client import make_pool
 from tests.conftest import make_settings
 
 logger = logging.getLogger(__name__)
-
-
-@pytest.fixture
-def private_server() -> Iterator[Any]:
-    """Start a throwaway embedded cluster this test may restart."""
-    import pgserver
-
-    with tempfile.TemporaryDirectory(prefix="tgr-", dir="/tmp") as tmp:
-        server = pgserver.get_server(Path(tmp) / "pg", cleanup_mode="stop")
-        yield server
-        server.cleanup()
 
 
 def restart(server: Any) -> None:
