@@ -127,6 +127,12 @@ class Part:
 # Links Telegram opens; any other (a relative path, a local host) makes it refuse the
 # whole message, so such a link keeps its text and loses its target.
 _LINK_SCHEMES = {"http", "https", "tg", "mailto"}
+# What the renderer makes that a bot may send; a custom emoji needs a paid username.
+_STYLES = {
+    MessageEntity.BOLD, MessageEntity.ITALIC, MessageEntity.UNDERLINE,
+    MessageEntity.STRIKETHROUGH, MessageEntity.SPOILER, MessageEntity.CODE, MessageEntity.PRE,
+    MessageEntity.TEXT_LINK, MessageEntity.BLOCKQUOTE, MessageEntity.EXPANDABLE_BLOCKQUOTE,
+}  # fmt: skip
 
 
 def _render_config() -> RenderConfig:
@@ -184,7 +190,7 @@ def render_markdown(text: str) -> Part:
         MessageEntity(e.type, e.offset, e.length, url=e.url, language=e.language)
         for e in found
         if e.length > 0
-        and e.type in MessageEntity.ALL_TYPES
+        and e.type in _STYLES
         and (e.type != MessageEntity.TEXT_LINK or _openable(e.url))
     )
     return Part(rendered, entities)

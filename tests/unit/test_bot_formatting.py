@@ -172,6 +172,8 @@ def test_html_and_stray_markup_are_shown_as_written() -> None:
     part = render_markdown("x<y and y>z; `git checkout <branch>`; <b>b</b> & 2 * 3")
     assert part.text == "x<y and y>z; git checkout <branch>; <b>b</b> & 2 * 3"
     assert render_markdown("").text == "" and reply_parts("```\n\n```", "markdown") == []
+    # A custom emoji needs a paid username: its fallback text stays, unformatted.
+    assert render_markdown("![👍](tg://emoji?id=5368324170671202286)") == Part("👍")
 
 
 def test_a_fence_with_a_long_line_is_split_inside_the_code_never_empty() -> None:
