@@ -112,16 +112,38 @@ async def test_a_long_markdown_reply_is_split_in_utf16_units_with_valid_entities
 async def test_a_group_live_message_becomes_the_formatted_reply(
     start_bot: Any, tg: FakeBotAPI, llm: Any
 ) -> None:
-    """The live message, edited while the model writes, is edited into the rendered reply."""
+    """The live message, rendered while the model writes, is edited into the final reply."""
     group, ann = -100_830, 8304
     await start_bot()
     llm.stream_delay, llm.stream_words = 0.05, True
     words = " ".join(f"**слово{i}**" for i in range(40))
     llm.script_for(CHAT_MODEL, words)
     tg.push_text(ann, "@tgagent_test_bot перечисли", chat_type="supergroup", chat_id=group)
-    await until(lambda: any(m["params"].get("entities") for m in tg.messages_to(group)), 20)
+    # The final reply is the edit that takes the Stop button away.
+    await until(lambda: any(not m["params"].get("reply_markup") for m in tg.messages_to(group)), 20)
     [live] = [m for m in tg.messages_to(group) if m["method"] == "sendMessage"]
     final = tg.messages_to(group)[-1]
     assert final["method"] == "editMessageText" and final["message_id"] == live["message_id"]
-    assert "**" not in final["text"] and not final["params"].get("reply_markup")
     assert covered(final, "bold") == [f"слово{i}" for i in range(40)]
+    for shown in tg.messages_to(group):  # rendered while written, too
+        assert "**" not in shown["text"]
+        assert entities_problem(shown["text"], shown["params"]["entities"]) is None
+
+
+async def test_a_private_draft_shows_the_markdown_rendered_while_it_is_written(
+    start_bot: Any, tg: FakeBotAPI, llm: Any
+) -> None:
+    user = 8305
+    await start_bot()
+    llm.stream_delay, llm.stream_words = 0.05, True
+    words = " ".join(f"**слово{i}**" for i in range(30))
+    llm.script_for(CHAT_MODEL, words)
+    tg.push_text(user, "перечисли")
+    [final] = await tg.await_messages(user, 1, timeout=20)
+    drafts = tg.drafts_to(user)
+    assert drafts and all("**" not in d["text"] for d in drafts)
+    for draft in drafts:
+        entities = draft["params"]["entities"]
+        assert entities_problem(draft["text"], entities) is None
+        assert len(entities) == len(draft["text"].split())  # each word bold
+    assert covered(final, "bold") == [f"слово{i}" for i in range(30)]
