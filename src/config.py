@@ -180,7 +180,7 @@ class Settings(BaseSettings):
     user_rate_limit: int = Field(20, ge=0)
     remind_after_hours: float = Field(24.0, gt=0)
     remind_check_minutes: float = Field(10.0, gt=0)
-    telegram_reply_format: Literal["plain", "markdown"] = "plain"
+    telegram_reply_format: Literal["plain", "markdown"] = "markdown"
     stream_replies: bool = True
 
     # --- media: voice notes, photos, documents (issue 17) ---

@@ -1,17 +1,29 @@
-"""Fit replies into Telegram messages: split at 4096 characters, render Markdown as HTML."""
+"""Fit replies into Telegram messages: render Markdown as text plus entities, split at 4096.
+
+The model's Markdown is rendered by telegramify-markdown (CommonMark through pulldown-cmark)
+into plain text and MessageEntity objects, so no markup can be left half-open by a cut: the
+split happens on the rendered text, in UTF-16 units as Telegram counts them, and each
+entity is clipped to the parts it spans. A part that would render empty is never made.
+"""
 
 from __future__ import annotations
 
-import html
 import re
 import unicodedata
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import pyromark
+from telegram import MessageEntity
+from telegram.error import BadRequest
+from telegramify_markdown import RenderConfig, convert
+from telegramify_markdown.converter import STANDARD_OPTIONS
 
 TELEGRAM_LIMIT = 4096
 # Characters that belong to the character before them: a cut before one would break a
 # grapheme (accents, emoji modifiers, flags, ZWJ sequences).
 _JOINERS = {"\u200d", "\ufe0e", "\ufe0f"}
 _SENTENCE_END = re.compile(r"[.!?…。！？][\"'»”’)\]]*(?=\s)")
-_FENCE = "```"
 
 
 def utf16_len(text: str) -> int:
@@ -66,6 +78,31 @@ def _best_cut(text: str, window: int) -> tuple[int, int]:
     return cut, cut
 
 
+def _spans(text: str, limit: int) -> list[tuple[int, int]]:
+    """Return the [start, end) ranges of `text` that `split_message` makes chunks of."""
+    if limit < 2:
+        raise ValueError("limit must be at least 2")
+    spans: list[tuple[int, int]] = []
+    start, stop = len(text) - len(text.lstrip()), len(text.rstrip())
+    while start < stop:
+        rest = text[start:stop]
+        window = _fits(rest, limit)
+        if window == len(rest):
+            spans.append((start, stop))
+            break
+        end, after = _best_cut(rest, window)
+        kept = len(rest[:end].rstrip())
+        if kept:
+            spans.append((start, start + kept))
+        # After a line break the next chunk keeps its indentation (code); else no blanks.
+        tail = rest[after:]
+        tail = tail.lstrip("\r\n") if "\n" in rest[end:after] else tail.lstrip()
+        if not tail.strip():
+            break
+        start = stop - len(tail)
+    return spans
+
+
 def split_message(text: str, limit: int = TELEGRAM_LIMIT) -> list[str]:
     """Split `text` into chunks of at most `limit` UTF-16 units, on the best boundaries.
 
@@ -73,98 +110,129 @@ def split_message(text: str, limit: int = TELEGRAM_LIMIT) -> list[str]:
     is cut where no grapheme breaks. Whitespace at the cuts is dropped (a line's indentation
     is kept); no chunk is empty.
     """
-    if limit < 2:
-        raise ValueError("limit must be at least 2")
-    chunks: list[str] = []
-    rest = text.strip()
-    while rest:
-        window = _fits(rest, limit)
-        if window == len(rest):
-            chunks.append(rest)
-            break
-        end, start = _best_cut(rest, window)
-        chunk = rest[:end].rstrip()
-        if chunk:
-            chunks.append(chunk)
-        # After a line break the next chunk keeps its indentation (code); else no blanks.
-        at_line_start = "\n" in rest[end:start]
-        rest = rest[start:].lstrip("\r\n") if at_line_start else rest[start:].lstrip()
-        if not rest.strip():
-            break
-    return chunks
+    return [text[start:end] for start, end in _spans(text, limit)]
 
 
-_FENCE_OPEN = re.compile(r"```([\w+#.-]*)")
+# --- Markdown (as models write it) to Telegram text plus entities ------------------------
 
 
-def balance_fences(chunks: list[str]) -> list[str]:
-    """Close a Markdown code block a cut left open and reopen it in the next chunk."""
-    out: list[str] = []
-    reopen: str | None = None
-    for chunk in chunks:
-        if reopen is not None:
-            chunk = f"{reopen}\n{chunk}"
-        fences = _FENCE_OPEN.findall(chunk)
-        # An odd number of fences leaves the last one open: carry its language over.
-        reopen = _FENCE + fences[-1] if len(fences) % 2 == 1 else None
-        out.append(f"{chunk}\n{_FENCE}" if reopen is not None else chunk)
-    return out
+@dataclass(frozen=True)
+class Part:
+    """One Telegram message of a reply: its text and the entities that format it."""
+
+    text: str
+    entities: tuple[MessageEntity, ...] = field(default=())
 
 
-def split_markdown(text: str, limit: int = TELEGRAM_LIMIT) -> list[str]:
-    """Split Markdown so that every chunk is complete Markdown of at most `limit` units."""
-    margin = 2 * (len(_FENCE) + 1) + 16  # room for a reopened fence and its language
-    return balance_fences(split_message(text, limit - margin))
+# Links Telegram opens; any other (a relative path, a local host) makes it refuse the
+# whole message, so such a link keeps its text and loses its target.
+_LINK_SCHEMES = {"http", "https", "tg", "mailto"}
+# What the renderer makes that a bot may send; a custom emoji needs a paid username.
+_STYLES = {
+    MessageEntity.BOLD, MessageEntity.ITALIC, MessageEntity.UNDERLINE,
+    MessageEntity.STRIKETHROUGH, MessageEntity.SPOILER, MessageEntity.CODE, MessageEntity.PRE,
+    MessageEntity.TEXT_LINK, MessageEntity.BLOCKQUOTE, MessageEntity.EXPANDABLE_BLOCKQUOTE,
+}  # fmt: skip
 
 
-# --- Markdown (as models write it) to Telegram HTML --------------------------------------
-
-_CODE_BLOCK = re.compile(r"```[ \t]*([\w+#.-]*)[ \t]*\n?(.*?)(?:```|\Z)", re.DOTALL)
-_INLINE_CODE = re.compile(r"`([^`\n]+)`")
-_BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*", re.DOTALL)
-_STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
-_LINK = re.compile(r"\[([^\]\n]+)\]\((https?://[^\s)]+)\)")
-_HEADING = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t]*#*$", re.MULTILINE)
-_SLOT = "\x00{}\x00"
-_SLOT_RE = re.compile("\x00(\\d+)\x00")
+def _render_config() -> RenderConfig:
+    """Return the library's settings for replies: headings without emoji in front."""
+    config = RenderConfig.isolated()
+    symbols = config.markdown_symbol
+    for level in range(1, 7):
+        setattr(symbols, f"heading_level_{level}", "")
+    return config
 
 
-def _inline(text: str) -> str:
-    """Render inline Markdown of a text without code blocks."""
-    slots: list[str] = []
-
-    def keep(rendered: str) -> str:
-        slots.append(rendered)
-        return _SLOT.format(len(slots) - 1)
-
-    text = _INLINE_CODE.sub(lambda m: keep(f"<code>{html.escape(m.group(1))}</code>"), text)
-    text = _LINK.sub(
-        lambda m: keep(
-            f'<a href="{html.escape(m.group(2))}">{html.escape(m.group(1), quote=False)}</a>'
-        ),
-        text,
-    )
-    text = html.escape(text, quote=False)
-    text = _HEADING.sub(r"<b>\1</b>", text)
-    text = _BOLD.sub(r"<b>\1</b>", text)
-    text = _STRIKE.sub(r"<s>\1</s>", text)
-    return _SLOT_RE.sub(lambda m: slots[int(m.group(1))], text)
+_CONFIG = _render_config()
 
 
-def markdown_to_html(text: str) -> str:
-    """Render the Markdown models usually write as Telegram HTML.
+def _openable(url: str | None) -> bool:
+    """Tell whether Telegram accepts `url` as a link's target."""
+    parts = urlsplit(url or "")
+    if parts.scheme in ("http", "https"):
+        return "." in parts.netloc
+    return parts.scheme in _LINK_SCHEMES
 
-    Code blocks, inline code, bold, strikethrough, links and headings; anything else stays
-    as written, escaped. An unclosed code block runs to the end of the text.
+
+def _literal_html(text: str) -> str:
+    """Escape the `<` of whatever CommonMark reads as HTML, which the renderer would drop.
+
+    Models write `<branch>`, `x<y and y>z` or a stray `<b>` as text; Telegram shows it as
+    written. Each pass escapes what the parser saw (UTF-8 byte offsets); escaping an HTML
+    block can reveal inline HTML inside it, hence the few passes.
     """
-    text = text.replace("\x00", "")
-    out: list[str] = []
-    pos = 0
-    for m in _CODE_BLOCK.finditer(text):
-        out.append(_inline(text[pos : m.start()]))
-        lang, code = m.group(1), m.group(2).rstrip("\n")
-        attr = f' class="language-{html.escape(lang)}"' if lang else ""
-        out.append(f"<pre><code{attr}>{html.escape(code, quote=False)}</code></pre>")
-        pos = m.end()
-    out.append(_inline(text[pos:]))
-    return "".join(out)
+    for _ in range(4):
+        data = text.encode()
+        marks = sorted(
+            data.index(b"<", where["start"], where["end"])
+            for event, where in pyromark.events_with_range(text, options=STANDARD_OPTIONS)
+            if isinstance(event, dict)
+            and ("Html" in event or "InlineHtml" in event)
+            and b"<" in data[where["start"] : where["end"]]
+        )
+        if not marks:
+            break
+        bounds = [0, *marks, len(data)]
+        text = b"\\".join(data[a:b] for a, b in zip(bounds, bounds[1:], strict=False)).decode()
+    return text
+
+
+def render_markdown(text: str) -> Part:
+    """Render the model's Markdown as Telegram text plus entities (UTF-16 offsets).
+
+    Bold, italic, underline, strikethrough, spoilers, code, code blocks with their
+    language, links, block quotes; headings become bold lines, lists get markers, tables
+    become aligned code blocks.
+    """
+    rendered, found = convert(_literal_html(text), latex_escape=False, config=_CONFIG)
+    entities = tuple(
+        MessageEntity(e.type, e.offset, e.length, url=e.url, language=e.language)
+        for e in found
+        if e.length > 0
+        and e.type in _STYLES
+        and (e.type != MessageEntity.TEXT_LINK or _openable(e.url))
+    )
+    return Part(rendered, entities)
+
+
+def _utf16_offsets(text: str) -> list[int]:
+    """Return the UTF-16 offset of every character of `text`, and of its end."""
+    offsets = [0] * (len(text) + 1)
+    for i, ch in enumerate(text):
+        offsets[i + 1] = offsets[i] + (2 if ord(ch) > 0xFFFF else 1)
+    return offsets
+
+
+def split_part(part: Part, limit: int = TELEGRAM_LIMIT) -> list[Part]:
+    """Split a rendered reply where `split_message` splits its text; clip its entities.
+
+    An entity across a cut continues in the next part (a code block becomes two); one
+    that covers only the whitespace dropped at a cut goes.
+    """
+    offsets = _utf16_offsets(part.text)
+    parts: list[Part] = []
+    for start, end in _spans(part.text, limit):
+        low, high = offsets[start], offsets[end]
+        clipped = []
+        for e in part.entities:
+            a, b = max(e.offset, low), min(e.offset + e.length, high)
+            if a < b:
+                clipped.append(
+                    MessageEntity(e.type, a - low, b - a, url=e.url, language=e.language)
+                )
+        parts.append(Part(part.text[start:end], tuple(clipped)))
+    return parts
+
+
+def reply_parts(text: str, fmt: str) -> list[Part]:
+    """Return the messages a reply is sent as: Markdown rendered, or plain text as is."""
+    if fmt == "markdown":
+        return split_part(render_markdown(text))
+    return [Part(chunk) for chunk in split_message(text)]
+
+
+def refuses_formatting(exc: BadRequest) -> bool:
+    """Tell whether Telegram refused a message for its formatting (send it unformatted)."""
+    text = exc.message.lower()
+    return "entities" in text or "entity" in text

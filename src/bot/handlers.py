@@ -237,7 +237,9 @@ async def answer(
             await state.service.remember(identity, said, delivery, media)
         await say(message, t("waited_too_long", lang, minutes=round(waited / 60)))
         return
-    live = LiveReply(context.bot, message, update.update_id, show=state.settings.stream_replies)
+    live = LiveReply(
+        context.bot, message, update.update_id, state.settings.stream_replies, delivery.fmt
+    )
     state.live.add(live)  # /stop finds it there
     try:
         live.start()

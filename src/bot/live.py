@@ -38,7 +38,7 @@ from telegram.error import (
 )
 
 from src.bot.chats import is_private
-from src.bot.formatting import split_message
+from src.bot.formatting import Part, reply_parts
 from src.services.agent_service import TurnStream
 from src.services.texts import status_line, t
 
@@ -85,9 +85,13 @@ class LiveReply:
 
     `turn`: the update_id of the message it answers (what its Stop button names)."""
 
-    def __init__(self, bot: Bot, message: Message, turn: int, show: bool = True) -> None:
+    def __init__(
+        self, bot: Bot, message: Message, turn: int, show: bool = True, fmt: str = "plain"
+    ) -> None:
         self.bot = bot
         self.turn = turn
+        self.fmt = fmt
+        """How the answer is shown (TELEGRAM_REPLY_FORMAT): Markdown renders as it is written."""
         self.chat_id = message.chat_id
         self.thread_id = message.message_thread_id if message.is_topic_message else None
         self.private = is_private(message)
@@ -105,7 +109,7 @@ class LiveReply:
         self.stream = TurnStream(self._on_text, self._on_tools)
         self._text = ""
         self._tools: list[str] = []
-        self._shown: tuple[str, int] | None = None
+        self._shown: tuple[Part, int] | None = None
         self._changed = asyncio.Event()
         self._closed = asyncio.Event()
         self._busy = False
@@ -124,18 +128,20 @@ class LiveReply:
         self._text, self._tools = "", names
         self._changed.set()
 
-    def view(self) -> tuple[str, int]:
+    def view(self) -> tuple[Part, int]:
         """Return what to show now and which part of the answer it is.
 
         A draft shows the part being written (a long answer continues in the next
         message); an edited message can only hold the first part.
         """
-        parts = split_message(self._text) if self._text else []
+        parts = reply_parts(self._text, self.fmt) if self._text else []
         index = (len(parts) - 1 if self.mode == "draft" else 0) if parts else 0
-        body = parts[index] if parts else ""
+        body = parts[index] if parts else Part("")
         if self._tools:
-            body = f"{body}\n\n{status_line(self._tools, self.lang)}".strip()
-        return body[: MessageLimit.MAX_TEXT_LENGTH], index
+            # After the part's text: its entities' offsets stay right.
+            text = f"{body.text}\n\n{status_line(self._tools, self.lang)}".strip()
+            body = Part(text, body.entities)
+        return Part(body.text[: MessageLimit.MAX_TEXT_LENGTH], body.entities), index
 
     # --- showing it -----------------------------------------------------------------------
 
@@ -157,7 +163,7 @@ class LiveReply:
                 return
             self._changed.clear()
             view, part = self.view()
-            if not view or (view, part) == self._shown:
+            if not view.text or (view, part) == self._shown:
                 continue
             await self._show(view, part)
             next_at = loop.time() + (DRAFT_EVERY if self.mode == "draft" else EDIT_EVERY)
@@ -169,7 +175,7 @@ class LiveReply:
                 await asyncio.wait_for(self._closed.wait(), seconds)
         return self._closed.is_set()
 
-    async def _show(self, view: str, part: int) -> None:
+    async def _show(self, view: Part, part: int) -> None:
         self._busy = True
         try:
             await self._call(view, part)
@@ -201,15 +207,21 @@ class LiveReply:
         if self.first_shown is None:
             self.first_shown = asyncio.get_running_loop().time()
 
-    async def _call(self, view: str, part: int) -> None:
+    async def _call(self, view: Part, part: int) -> None:
+        entities = view.entities or None
         if self.mode == "draft":
             await self.bot.send_message_draft(
-                self.chat_id, self.draft_id + part, view, message_thread_id=self.thread_id
+                self.chat_id,
+                self.draft_id + part,
+                view.text,
+                message_thread_id=self.thread_id,
+                entities=entities,
             )
         elif self.message_id is None:
             sent = await self.bot.send_message(
                 self.chat_id,
-                view,
+                view.text,
+                entities=entities,
                 message_thread_id=self.thread_id,
                 reply_parameters=self._quote(),
                 reply_markup=stop_button(self.lang, self.turn),
@@ -217,7 +229,11 @@ class LiveReply:
             self.message_id = sent.message_id
         else:
             await self.bot.edit_message_text(
-                view, self.chat_id, self.message_id, reply_markup=stop_button(self.lang, self.turn)
+                view.text,
+                self.chat_id,
+                self.message_id,
+                entities=entities,
+                reply_markup=stop_button(self.lang, self.turn),
             )
 
     def edit_at(self) -> float:

@@ -3,8 +3,8 @@
 Each part Telegram accepts is recorded with its message id before the next one is sent,
 so a resend after a crash starts at the first part not sent. 429 waits `retry_after`
 (as often as Telegram asks), 5xx and timeouts retry with backoff, 403 marks the reply
-`blocked` (the user blocked the bot), 400 "can't parse entities" sends the part again as
-plain text, a group upgraded to a supergroup (ChatMigrated) moves the group's rows to its
+`blocked` (the user blocked the bot), a 400 about the part's formatting sends it again
+unformatted, a group upgraded to a supergroup (ChatMigrated) moves the group's rows to its
 new id and sends there at once, and any other 400 marks it `rejected`.
 """
 
@@ -16,7 +16,6 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from telegram import Bot, Message, ReplyParameters
-from telegram.constants import ParseMode
 from telegram.error import (
     BadRequest,
     ChatMigrated,
@@ -26,7 +25,7 @@ from telegram.error import (
     TelegramError,
 )
 
-from src.bot.formatting import markdown_to_html, split_markdown, split_message
+from src.bot.formatting import Part, refuses_formatting, reply_parts
 from src.storage.delivery_repo import DeliveryRepository, Reply
 
 logger = logging.getLogger(__name__)
@@ -65,8 +64,7 @@ class Outbox:
             return reply.status
         if live_id is not None and reply.sent_ids:
             live_id = None  # the first part went out already
-        split = split_markdown if reply.fmt == "markdown" else split_message
-        chunks = split(reply.text)
+        chunks = reply_parts(reply.text, reply.fmt)
         if not chunks:
             logger.warning("empty reply to update %s: nothing sent", reply.update_id)
         for index in range(len(reply.sent_ids), len(chunks)):
@@ -81,9 +79,9 @@ class Outbox:
         return "sent"
 
     async def _send_part(
-        self, bot: Bot, reply: Reply, chunk: str, first: bool, live_id: int | None = None
+        self, bot: Bot, reply: Reply, chunk: Part, first: bool, live_id: int | None = None
     ) -> str:
-        plain = reply.fmt != "markdown"
+        plain = not chunk.entities
         failures = 0
         while True:
             try:
@@ -120,7 +118,7 @@ class Outbox:
                     await self.on_blocked(reply.chat_id, exc.message)
                 return "blocked"
             except BadRequest as exc:
-                if not plain and "parse entities" in exc.message.lower():
+                if not plain and refuses_formatting(exc):
                     logger.info("Telegram rejected formatting (%s): plain text", exc.message)
                     plain = True
                     continue
@@ -147,21 +145,20 @@ class Outbox:
             return "sent"
 
     @staticmethod
-    async def _replace(bot: Bot, reply: Reply, live_id: int, chunk: str, plain: bool) -> int | None:
+    async def _replace(
+        bot: Bot, reply: Reply, live_id: int, chunk: Part, plain: bool
+    ) -> int | None:
         """Make the live message the reply's first part; None if it cannot be edited
         (deleted, too old...): it is then deleted, and the part sent anew."""
         try:
             await bot.edit_message_text(
-                chunk if plain else markdown_to_html(chunk),
-                reply.chat_id,
-                live_id,
-                parse_mode=None if plain else ParseMode.HTML,
+                chunk.text, reply.chat_id, live_id, entities=None if plain else chunk.entities
             )
         except BadRequest as exc:
             text = exc.message.lower()
             if "not modified" in text:
                 return live_id  # it shows the final text already
-            if "parse entities" in text:
+            if refuses_formatting(exc):
                 raise
             logger.info("live message %s not edited (%s): sent anew", live_id, exc.message)
             with contextlib.suppress(TelegramError):
@@ -170,7 +167,7 @@ class Outbox:
         return live_id
 
     @staticmethod
-    async def _send(bot: Bot, reply: Reply, chunk: str, plain: bool, quote: bool) -> Message:
+    async def _send(bot: Bot, reply: Reply, chunk: Part, plain: bool, quote: bool) -> Message:
         quoted = (
             ReplyParameters(reply.reply_to, allow_sending_without_reply=True)
             if quote and reply.reply_to is not None
@@ -178,8 +175,8 @@ class Outbox:
         )
         return await bot.send_message(
             reply.chat_id,
-            chunk if plain else markdown_to_html(chunk),
-            parse_mode=None if plain else ParseMode.HTML,
+            chunk.text,
+            entities=None if plain else chunk.entities,
             message_thread_id=reply.thread_id,
             reply_parameters=quoted,
         )

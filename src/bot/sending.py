@@ -10,10 +10,10 @@ from typing import Any
 
 import httpx
 from telegram import Bot, Message
-from telegram.constants import ChatAction, ParseMode
+from telegram.constants import ChatAction
 from telegram.error import BadRequest, Forbidden, NetworkError, TelegramError
 
-from src.bot.formatting import markdown_to_html, split_markdown, split_message
+from src.bot.formatting import refuses_formatting, reply_parts, split_message
 
 logger = logging.getLogger(__name__)
 
@@ -38,33 +38,28 @@ async def _deliver(send: Callable[..., Awaitable[object]], *args: Any, **kwargs:
         await asyncio.sleep(pause)
 
 
-def _cannot_parse(exc: BadRequest) -> bool:
-    return "parse entities" in exc.message.lower()
-
-
 async def reply_text(message: Message, text: str, fmt: str = "plain", quote: bool = False) -> int:
     """Answer `message` with `text` in as many messages as it takes; return how many.
 
-    `fmt="markdown"` renders the model's Markdown as Telegram HTML; a chunk Telegram
-    refuses to parse is sent again as plain text. `quote` replies to the message (groups).
+    `fmt="markdown"` renders the model's Markdown as text plus entities; a part whose
+    formatting Telegram refuses is sent again unformatted. `quote` replies to the message
+    (groups).
     """
-    chunks = split_markdown(text) if fmt == "markdown" else split_message(text)
-    if not chunks:
+    parts = reply_parts(text, fmt)
+    if not parts:
         logger.warning("empty reply for chat %s: nothing sent", message.chat_id)
-    for i, chunk in enumerate(chunks):
+    for i, part in enumerate(parts):
         do_quote = quote and i == 0
-        if fmt != "markdown":
-            await _deliver(message.reply_text, chunk, do_quote=do_quote)
-            continue
         try:
-            html = markdown_to_html(chunk)
-            await _deliver(message.reply_text, html, parse_mode=ParseMode.HTML, do_quote=do_quote)
+            await _deliver(
+                message.reply_text, part.text, entities=part.entities or None, do_quote=do_quote
+            )
         except BadRequest as exc:
-            if not _cannot_parse(exc):
+            if not (part.entities and refuses_formatting(exc)):
                 raise
             logger.info("Telegram rejected formatting (%s): sending plain text", exc.message)
-            await _deliver(message.reply_text, chunk, do_quote=do_quote)
-    return len(chunks)
+            await _deliver(message.reply_text, part.text, do_quote=do_quote)
+    return len(parts)
 
 
 async def send_text(bot: Bot, chat_id: int, text: str) -> None:

@@ -130,15 +130,16 @@ async def test_private_conversation(start_bot: Any, tg: FakeBotAPI, llm: Any, po
 async def test_markdown_replies_fall_back_to_plain_text(
     start_bot: Any, tg: FakeBotAPI, llm: Any
 ) -> None:
-    await start_bot(telegram_reply_format="markdown")
+    await start_bot()  # Markdown is the default
     llm.script_for(CHAT_MODEL, "**Жирный** ответ", "**Снова** ответ")
-    assert await say(tg, ANN, "раз") == "<b>Жирный</b> ответ"
-    assert tg.messages_to(ANN)[-1]["params"]["parse_mode"] == "HTML"
-    tg.reject_parse_mode = True  # Telegram: "can't parse entities"
-    assert await say(tg, ANN, "два") == "**Снова** ответ"
-    assert "parse_mode" not in tg.messages_to(ANN)[-1]["params"]
+    assert await say(tg, ANN, "раз") == "Жирный ответ"
+    bold = [{"type": "bold", "offset": 0, "length": 6}]
+    assert tg.messages_to(ANN)[-1]["params"]["entities"] == bold
+    tg.reject_parse_mode = True  # Telegram refuses the formatting
+    assert await say(tg, ANN, "два") == "Снова ответ"
+    assert "entities" not in tg.messages_to(ANN)[-1]["params"]
     attempts = tg.calls_of("sendMessage")[-2:]
-    assert attempts[0]["params"].get("parse_mode") == "HTML"
+    assert attempts[0]["params"].get("entities") == [bold[0] | {"length": 5}]
 
 
 async def test_refused_user_leaves_no_trace(

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from src.bot.app import FLOOD_RETRIES
-from src.bot.formatting import split_markdown
+from src.bot.formatting import reply_parts
 from src.bot.jobs import send_reminders
 from src.services.texts import t
 from tests.e2e.conftest import BOT_TOKEN, CHAT_MODEL, until
@@ -115,19 +115,20 @@ async def test_refused_formatting_falls_back_to_plain_text(
     user = 8102
     # Room for the long reply below under its output cap, which the fake server honours.
     await start_bot(telegram_reply_format="markdown", llm_max_output_tokens=4096)
-    tg.reject_parse_mode = True  # every formatted message: "can't parse entities"
+    tg.reject_parse_mode = True  # every formatted message is refused
     paragraphs = [f"**Часть {i}.** " + "Текст с `кодом` и *курсивом*. " * 70 for i in range(3)]
     paragraphs = [p.strip() for p in paragraphs]
     long_reply = "\n\n".join(paragraphs)
-    pieces = split_markdown(long_reply)
-    assert len(pieces) >= 2
+    pieces = [part.text for part in reply_parts(long_reply, "markdown")]
+    assert len(pieces) >= 2 and not any("**" in piece for piece in pieces)
     llm.script_for(CHAT_MODEL, long_reply, "**Ответ**, который Telegram не примет.", "Ясно.")
 
     tg.push_text(user, "подробно")
     answers = await tg.await_messages(user, len(pieces))
     assert [m["text"] for m in answers] == pieces
-    assert not any("parse_mode" in m["params"] for m in answers)
-    assert len(attempts_to(tg, "sendMessage", user)) == 2 * len(pieces)  # HTML, then plain
+    assert not any("entities" in m["params"] for m in answers)
+    # Formatted, then the same text unformatted.
+    assert len(attempts_to(tg, "sendMessage", user)) == 2 * len(pieces)
 
     # A 400 that is not about formatting: the error handler says so in one sentence.
     tg.reject_parse_mode = False

@@ -12,6 +12,8 @@ import html
 import re
 from typing import Any
 
+from tests.fakes.bot_api_entities import entities_key
+
 # The fields of an InlineKeyboardButton that make it do something; a button needs one.
 BUTTON_ACTIONS = (
     "callback_data", "url", "web_app", "login_url", "switch_inline_query",
@@ -30,10 +32,14 @@ def visible_text(text: str, parse_mode: str | None) -> str:
     return html.unescape(_TAG.sub("", text)) if parse_mode == "HTML" else text
 
 
-def content_key(text: str, parse_mode: str | None) -> tuple[str, tuple[str, ...]]:
-    """Return what Telegram compares for "not modified": the visible text and its markup."""
-    tags = tuple(_TAG.findall(text)) if parse_mode == "HTML" else ()
-    return visible_text(text, parse_mode), tags
+def content_key(
+    text: str, parse_mode: str | None, entities: Any = None
+) -> tuple[str, tuple[Any, ...]]:
+    """Return what Telegram compares for "not modified": the visible text and its markup
+    (HTML tags, or the `entities` sent with the text)."""
+    if parse_mode == "HTML":
+        return visible_text(text, parse_mode), tuple(_TAG.findall(text))
+    return visible_text(text, parse_mode), entities_key(entities)
 
 
 def inline_markup(markup: Any) -> dict[str, Any] | None:

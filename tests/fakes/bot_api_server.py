@@ -50,6 +50,13 @@ supergroup chat" with `parameters.migrate_to_chat_id` (PTB raises ChatMigrated),
 `announce` pushes the two service messages Telegram sends: `migrate_to_chat_id` in the old
 group, `migrate_from_chat_id` in the new supergroup.
 
+Formatting: a text comes with `parse_mode` "HTML" or with `entities`, which are checked as
+Telegram checks them (`tests.fakes.bot_api_entities`: known types, offsets and lengths in
+UTF-16 code units inside the text, links Telegram can open); a text that is blank once
+Telegram trims it is 400 "message text is empty", whatever its entities, and one over 4096
+characters is "message is too long". `reject_parse_mode` refuses every formatted text (a
+`parse_mode` or `entities`) as Telegram refuses broken formatting.
+
 Inline keyboards: a bot message keeps the inline keyboard it was sent or last edited with;
 editMessageText without `reply_markup` removes it, as on Telegram, and "message is not
 modified" compares the text (with its formatting) and the keyboard. `push_callback` presses
@@ -73,6 +80,7 @@ from typing import Any
 from aiohttp import web
 
 from tests.fakes.bot_api_commands import commands_problem, menu_for, menu_key, scope_of
+from tests.fakes.bot_api_entities import entities_problem, shown_text
 from tests.fakes.bot_api_files import FileStore, guess_mime
 from tests.fakes.bot_api_markup import (
     callback_data_of,
@@ -544,17 +552,21 @@ class FakeBotAPI(BackgroundAiohttpServer):
         field: str = "text",
         markup: dict[str, Any] | None = None,
         parse_mode: str | None = None,
+        entities: Any = None,
     ) -> dict[str, Any]:
         """Build a message sent by the bot and remember it as Telegram holds it."""
         message = {"date": int(time.time()), "chat": chat, "from": self.bot_user}
         if text:
             message[field] = text
+        if entities and not parse_mode:
+            message["entities" if field == "text" else "caption_entities"] = entities
         if markup is not None:
             message["reply_markup"] = markup
         with self._lock:
             message["message_id"] = message_id = next(self._message_ids)
             self._bot_messages[(chat["id"], message_id)] = message
-            self._contents[(chat["id"], message_id)] = (content_key(text, parse_mode), markup)
+            content = content_key(text, parse_mode, entities)
+            self._contents[(chat["id"], message_id)] = (content, markup)
             return copy.deepcopy(message)
 
     def add_file(
@@ -949,11 +961,17 @@ class FakeBotAPI(BackgroundAiohttpServer):
     ) -> web.Response | None:
         """Return a 400 answer if Telegram would reject this text, else None."""
         parse_mode = params.get("parse_mode")
+        entities = None if parse_mode else params.get("entities")
         if parse_mode and self.reject_parse_mode:
             return _fail(400, "Bad Request: can't parse entities: unsupported start tag at byte 0")
-        visible = visible_text(text, parse_mode)
+        if entities is not None and self.reject_parse_mode:
+            return _fail(400, "Bad Request: can't parse MessageEntity: Unsupported type specified")
+        if entities is not None and (problem := entities_problem(text, entities)):
+            return _fail(400, problem)
+        visible = shown_text(visible_text(text, parse_mode))
         if not visible.strip() and not allow_empty:
             return _fail(400, "Bad Request: message text is empty")
+        # Telegram counts the limit in characters (code points) of the trimmed text.
         if len(visible) > self.max_message_length:
             return _fail(400, "Bad Request: message is too long")
         return None
@@ -987,7 +1005,8 @@ class FakeBotAPI(BackgroundAiohttpServer):
             return _fail(400, problem)
         parse_mode = params.get("parse_mode")
         chat = self._chat(chat_id)
-        message = self._bot_message(chat, text, field, inline_markup(markup), parse_mode)
+        entities = params.get("entities" if field == "text" else "caption_entities")
+        message = self._bot_message(chat, text, field, inline_markup(markup), parse_mode, entities)
         self._record(method, chat_id, text, params, message["message_id"])
         return message | (media or {})
 
@@ -1030,12 +1049,15 @@ class FakeBotAPI(BackgroundAiohttpServer):
             if text is None:
                 content = self._contents[key][0]
             else:
-                content = content_key(text, params.get("parse_mode"))
+                content = content_key(text, params.get("parse_mode"), params.get("entities"))
             if (content, markup) == self._contents[key]:
                 return _fail(400, NOT_MODIFIED)
             self._contents[key] = (content, markup)
             if text is not None:
                 message["text"] = text
+                message.pop("entities", None)
+                if params.get("entities") and not params.get("parse_mode"):
+                    message["entities"] = params["entities"]
             message.pop("reply_markup", None)
             if markup is not None:
                 message["reply_markup"] = markup

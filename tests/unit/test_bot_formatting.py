@@ -1,19 +1,23 @@
-"""Splitting replies at Telegram's limit, and rendering the model's Markdown as HTML."""
+"""Splitting replies at Telegram's limit, and rendering the model's Markdown as text plus
+entities that Telegram accepts (checked as the fake Bot API checks them)."""
 
 from __future__ import annotations
 
-import re
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from src.bot.formatting import (
     TELEGRAM_LIMIT,
-    markdown_to_html,
-    split_markdown,
+    Part,
+    render_markdown,
+    reply_parts,
     split_message,
+    split_part,
     utf16_len,
 )
+from tests.fakes.bot_api_entities import entities_problem
 
 
 def _squash(text: str) -> str:
@@ -100,31 +104,146 @@ def test_chunks_fit_and_lose_nothing(text: str, limit: int) -> None:
     assert _squash("".join(chunks)) == _squash(text)
 
 
-def test_split_markdown_keeps_code_blocks_closed() -> None:
-    text = "Intro\n\n```python\n" + "print('hello')\n" * 600 + "```\nDone."
-    chunks = split_markdown(text)
-    assert len(chunks) >= 3
-    for chunk in chunks:
-        assert chunk.count("```") % 2 == 0
-        assert utf16_len(chunk) <= TELEGRAM_LIMIT
-    assert chunks[1].startswith("```python\n")
-    assert "<pre><code" in markdown_to_html(chunks[1])
+def _dicts(part: Part) -> list[dict[str, Any]]:
+    """Return a part's entities as the Bot API receives them (JSON)."""
+    return [e.to_dict() for e in part.entities]
 
 
-def test_markdown_to_html() -> None:
-    html = markdown_to_html(
-        "# Title\n**bold** and `a<b>` and [site](https://e.com/?a=1&b=2) ~~old~~\n"
-        "2*3*4 <tag> & so on\n```py\nif a < b:\n    pass\n```\ntail **open"
-    )
-    assert html.startswith("<b>Title</b>\n<b>bold</b> and <code>a&lt;b&gt;</code>")
-    assert '<a href="https://e.com/?a=1&amp;b=2">site</a> <s>old</s>' in html
-    assert "2*3*4 &lt;tag&gt; &amp; so on" in html
-    assert '<pre><code class="language-py">if a &lt; b:\n    pass</code></pre>' in html
-    assert html.endswith("tail **open")
+def _covered(part: Part, kind: str) -> list[str]:
+    """Return the texts the entities of one type cover (offsets in UTF-16 units)."""
+    units = part.text.encode("utf-16-le")
+    return [
+        units[2 * e.offset : 2 * (e.offset + e.length)].decode("utf-16-le")
+        for e in part.entities
+        if e.type == kind
+    ]
 
 
-def test_markdown_to_html_unclosed_block_and_no_markup() -> None:
-    assert markdown_to_html("```\ncode <x>") == "<pre><code>code &lt;x&gt;</code></pre>"
-    assert markdown_to_html("plain text") == "plain text"
-    visible = re.sub(r"<[^>]+>", "", markdown_to_html("**a** `b` [c](http://d)"))
-    assert visible == "a b c"
+def _valid(part: Part) -> None:
+    assert part.text.strip() and utf16_len(part.text) <= TELEGRAM_LIMIT
+    assert entities_problem(part.text, _dicts(part)) is None
+
+
+def test_headings_keep_their_text_and_become_bold() -> None:
+    part = render_markdown("## C# in 2024\n\n### F# too ###\nText about **C#**.")
+    assert part.text == "C# in 2024\n\nF# too\nText about C#."
+    assert _covered(part, "bold") == ["C# in 2024", "F# too", "C#"]
+    _valid(part)
+
+
+def test_links_with_parentheses_keep_their_whole_url() -> None:
+    url = "https://en.wikipedia.org/wiki/C_Sharp_(programming_language)"
+    part = render_markdown(f"Read [the article]({url}) (in English).")
+    assert part.text == "Read the article (in English)."
+    assert [(e.url, _covered(part, "text_link")) for e in part.entities] == [(url, ["the article"])]
+    # A target Telegram cannot open would make it refuse the message: the text stays.
+    local = render_markdown("[notes](notes.html) and [admin](http://localhost:8080)")
+    assert local.text == "notes and admin" and local.entities == ()
+
+
+def test_nested_and_overlapping_bold_and_italic() -> None:
+    part = render_markdown("***both*** and **bold *inner* bold** and *it **b** it* and _u_")
+    assert part.text == "both and bold inner bold and it b it and u"
+    assert sorted(_covered(part, "bold")) == ["b", "bold inner bold", "both"]
+    assert sorted(_covered(part, "italic")) == ["both", "inner", "it b it", "u"]
+    _valid(part)
+
+
+def test_tables_become_aligned_code_blocks() -> None:
+    part = render_markdown("| Язык | Год |\n|---|---|\n| C# | 2000 |\n| Python | 1991 |")
+    rows = part.text.split("\n")
+    assert [row.rstrip() for row in rows] == [
+        "Язык   | Год",
+        "-------+-----",
+        "C#     | 2000",
+        "Python | 1991",
+    ]
+    assert _covered(part, "pre") == [part.text]  # monospace keeps the columns aligned
+
+
+def test_block_quotes_and_lists() -> None:
+    part = render_markdown("> first line\n> second\n\n- one\n- two\n\n~~old~~ `code`")
+    assert _covered(part, "blockquote") == ["first line\nsecond"]
+    assert ">" not in part.text and "- one" not in part.text
+    assert _covered(part, "strikethrough") == ["old"] and _covered(part, "code") == ["code"]
+
+
+def test_html_and_stray_markup_are_shown_as_written() -> None:
+    part = render_markdown("x<y and y>z; `git checkout <branch>`; <b>b</b> & 2 * 3")
+    assert part.text == "x<y and y>z; git checkout <branch>; <b>b</b> & 2 * 3"
+    assert render_markdown("").text == "" and reply_parts("```\n\n```", "markdown") == []
+    # A custom emoji needs a paid username: its fallback text stays, unformatted.
+    assert render_markdown("![👍](tg://emoji?id=5368324170671202286)") == Part("👍")
+
+
+def test_a_fence_with_a_long_line_is_split_inside_the_code_never_empty() -> None:
+    line = '{"key":"' + "v" * 9000 + '"}'
+    parts = reply_parts(f"```json\n{line}\n```", "markdown")
+    assert len(parts) == 3
+    assert "".join(p.text for p in parts) == line
+    for part in parts:
+        _valid(part)
+        assert _dicts(part) == [
+            {"type": "pre", "offset": 0, "length": utf16_len(part.text), "language": "json"}
+        ]
+
+
+def test_markdown_splits_at_4096_utf16_units_around_surrogate_pairs() -> None:
+    paragraph = "**Жирный 😀 текст** и *курсив* 👨\u200d👩\u200d👧 " + "😀" * 700 + " конец."
+    parts = reply_parts("\n\n".join([paragraph] * 8), "markdown")
+    assert len(parts) >= 2
+    for part in parts:
+        _valid(part)
+        assert "**" not in part.text
+        assert part.text.startswith("Жирный 😀 текст") and part.text.endswith("конец.")
+        assert _covered(part, "bold")[0] == "Жирный 😀 текст"
+    emoji = reply_parts("**" + "😀" * 5000 + "**", "markdown")
+    assert [utf16_len(p.text) for p in emoji] == [4096, 4096, 1808]
+    for part in emoji:
+        _valid(part)
+        assert _covered(part, "bold") == [part.text]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "**",
+                "*",
+                "_",
+                "`",
+                "```",
+                "```py\n",
+                "\n",
+                "\n\n",
+                "> ",
+                "# ",
+                "- ",
+                "[a](",
+                ")",
+                "https://e.org/(x)",
+                "|",
+                "<b>",
+                "😀",
+                "\u200d",
+                "word",
+                " ",
+                "Слово",
+                "~~",
+            ]
+        ),  # fmt: skip
+        max_size=120,
+    ),
+    st.integers(min_value=8, max_value=200),
+)
+def test_every_rendered_part_is_one_telegram_accepts(pieces: list[str], limit: int) -> None:
+    text = "".join(pieces)
+    whole = render_markdown(text)
+    parts = reply_parts(text, "markdown")
+    assert _squash("".join(p.text for p in parts)) == _squash(whole.text)
+    for part in split_part(whole, limit):
+        assert part.text.strip() and utf16_len(part.text) <= limit
+        assert entities_problem(part.text, _dicts(part)) is None
+    for part in parts:
+        _valid(part)

@@ -169,12 +169,19 @@ def system_sections(
         settings.max_facts_in_prompt,
     )
     return {
-        "base": prompts.SYSTEM_PROMPT,
+        "base": base_prompt(settings),
         "previous": previous,
         "facts": facts,
         "summary": summary_section(state.get("summary") or "", layers.summary - used, counter),
         "soft": soft,
     }
+
+
+def base_prompt(settings: Settings) -> str:
+    """Return the instructions, asking for plain text when replies are not rendered."""
+    if settings.telegram_reply_format == "plain":
+        return f"{prompts.SYSTEM_PROMPT}\n{prompts.PLAIN_TEXT_NOTE}"
+    return prompts.SYSTEM_PROMPT
 
 
 def memory_section(parts: Sequence[str]) -> str:
