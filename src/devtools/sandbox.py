@@ -37,10 +37,13 @@ OWNER_ROWS: tuple[tuple[str, str], ...] = (
     # A turn answering a Telegram update stores its reply for sending: a replay never
     # does (it passes no delivery), and if it did, the reply would land in an empty copy.
     ("inbox", "false"),
+    ("inbox_erased", "false"),
     ("outbox", "false"),
     # A replay's models are made without the usage recorder: its calls cost the operator,
     # not the user, and if one were recorded it would land in an empty copy.
     ("llm_calls", "false"),
+    # Budget warnings are sent by the bot after a reply, never by a replay.
+    ("budget_warnings", "false"),
 )
 SCHEMA_OF = """
 SELECT n.nspname AS schema FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace

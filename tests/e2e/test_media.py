@@ -435,7 +435,7 @@ async def test_a_voice_note_whose_job_runs_again_echoes_what_it_heard_once(
     await bot.app.process_update(Update.de_json(raw, bot.app.bot))
     await tg.await_messages(ANN, 2)
     assert tg.texts_to(ANN) == [heard, "Хлеб — записал."]
-    assert len(llm.transcriptions) == 2  # heard again: nothing of it was stored
+    assert len(heard_requests(llm)) == 2  # heard again: nothing of it was stored
 
 
 async def test_a_document_whose_job_runs_again_is_acknowledged_once_and_not_answered(
