@@ -192,6 +192,8 @@ class Settings(BaseSettings):
     vision: bool = False
     max_document_mb: float = Field(10.0, gt=0)
     document_tokens: int = Field(0, ge=0)
+    document_read_seconds: float = Field(30.0, gt=0)
+    document_read_mb: int = Field(512, ge=128)
 
     # --- delivery: the inbox queue and its workers (issue 15) ---
     worker_concurrency: int = Field(8, ge=1)
