@@ -9,8 +9,10 @@ included). Viewers have no Cyrillic glyphs in Helvetica: such text extracts but 
 from __future__ import annotations
 
 import io
+import os
 import zipfile
 import zlib
+from pathlib import Path
 
 import docx
 from PIL import Image
@@ -176,3 +178,11 @@ def empty_paragraphs_docx_bytes(paragraphs: int = 16_000_000) -> bytes:
         for name, data in entries.items():
             archive.writestr(name, data)
     return rebuilt.getvalue()
+
+
+def child_pids() -> set[int]:
+    """Return the pids of this process's children (Linux): the sandbox's readers among them."""
+    found: set[int] = set()
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        found |= {int(pid) for pid in (task / "children").read_text().split()}
+    return found

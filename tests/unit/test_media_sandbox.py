@@ -4,14 +4,20 @@ whole, a cancelled read kills its child, and a file a limit stopped is not read 
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 
 import pytest
 
 from src.media.documents import DocumentError, TextBudget
 from src.media.sandbox import Limits, Sandbox, read_document
-from tests.media_files import docx_bytes, empty_paragraphs_docx_bytes, hostile_pdf_bytes, pdf_bytes
+from tests.e2e.conftest import until
+from tests.media_files import (
+    child_pids,
+    docx_bytes,
+    empty_paragraphs_docx_bytes,
+    hostile_pdf_bytes,
+    pdf_bytes,
+)
 
 # Tight limits: the hostile files need an hour and gigabytes without them.
 LIMITS = Limits(seconds=4.0, memory_mb=384, budget=TextBudget(chars=100_000))
@@ -71,10 +77,10 @@ async def test_other_refusals_come_back_as_their_reasons() -> None:
 
 
 async def test_a_cancelled_read_kills_its_child() -> None:
-    before = _children()
+    before = child_pids()
     task = asyncio.create_task(read_document(hostile_pdf_bytes(), "h.pdf", None, LIMITS))
-    await _until(lambda: len(_children() - before) == 1)
-    (child,) = _children() - before
+    await until(lambda: len(child_pids() - before) == 1)
+    (child,) = child_pids() - before
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -91,21 +97,3 @@ async def test_a_document_a_limit_stopped_is_never_read_again() -> None:
     assert sandbox.children == 1  # the second time, refused without reading
     good = await sandbox.read(pdf_bytes(["Fine"]), "fine.pdf", None, LIMITS.budget)
     assert good.text == "Fine" and sandbox.children == 2
-
-
-def _children() -> set[int]:
-    """Return the pids of this process's children (Linux)."""
-    me = os.getpid()
-    found = set()
-    for task in Path(f"/proc/{me}/task").iterdir():
-        text = (task / "children").read_text().split()
-        found |= {int(pid) for pid in text}
-    return found
-
-
-async def _until(condition: object, seconds: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + seconds
-    while not condition():  # type: ignore[operator]
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("timed out waiting")
-        await asyncio.sleep(0.02)
