@@ -59,7 +59,7 @@ class Outcome:
     error: str | None
     seconds: float
     peak_mb: float
-    """The child's peak resident memory (its ru_maxrss)."""
+    """The child's peak resident memory (Linux's VmHWM; 0 where /proc is missing)."""
 
 
 async def read_document(
@@ -160,9 +160,12 @@ def _confine(limits: Limits) -> None:
     """Cap this process's CPU time and address space, and write no core file."""
     cpu = max(1, int(limits.seconds + 0.999))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-    memory = limits.memory_mb * MB
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    memory = limits.memory_mb * MB
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    except (ValueError, OSError):
+        pass  # macOS refuses an address-space limit: the deadline still holds
 
 
 def main() -> None:
