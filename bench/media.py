@@ -2,13 +2,18 @@
 
 Transcription and the photo description are the model endpoint's time; what runs here is
 the extraction of a document's text, its cut to the token budget, and a photo's resize.
-Each runs in a worker thread during a turn, so it delays that turn only, but it takes a
-core while it runs: these figures say how long.
+They delay their turn only, but take a core while they run: the first table says how long.
+
+The second table reads documents as the bot does, each in a sandboxed child process
+(src/media/sandbox.py) under DOCUMENT_READ_SECONDS and DOCUMENT_READ_MB: hostile files (a
+small PDF whose pages all show one huge stream, a DOCX of millions of empty paragraphs) end
+within those limits, and a normal 50-page PDF still reads whole.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import statistics
 import sys
 import time
@@ -19,8 +24,9 @@ from typing import Any
 
 from src.config import Settings
 from src.graph.tokens import make_counter
-from src.media.documents import extract_text
+from src.media.documents import TextBudget, extract_text
 from src.media.images import prepare_image
+from src.media.sandbox import Limits, Outcome, read_document
 from src.services.media import MediaReader
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,11 +44,19 @@ def _timed(work: Callable[[], Any], repeat: int) -> float:
     return statistics.median(times)
 
 
+def _test_files() -> Any:
+    """Return the module that builds test files (it lives in the source checkout)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    import tests.media_files
+
+    return tests.media_files
+
+
 def _cases(quick: bool) -> list[tuple[str, str, Callable[[], Any]]]:
     """Return (what, size, work) for each case."""
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))  # tests.media_files lives in the source checkout
-    from tests.media_files import docx_bytes, image_bytes, pdf_bytes
+    files = _test_files()
+    docx_bytes, image_bytes, pdf_bytes = files.docx_bytes, files.image_bytes, files.pdf_bytes
 
     pages = (3, 30) if quick else (3, 30, 300)
     cases: list[tuple[str, str, Callable[[], Any]]] = []
@@ -76,6 +90,22 @@ def _extract(data: bytes, name: str) -> Callable[[], Any]:
     return partial(extract_text, data, name)
 
 
+def _sandboxed(quick: bool, settings: Settings) -> list[tuple[str, str, Outcome]]:
+    """Read each file as the bot does; return (what, size, outcome)."""
+    files = _test_files()
+    seconds = 2.0 if quick else settings.document_read_seconds
+    limits = Limits(seconds, settings.document_read_mb, TextBudget())
+    cases = [
+        ("hostile PDF, 300 pages on one stream", "a.pdf", files.hostile_pdf_bytes()),
+        ("hostile DOCX, 16M empty paragraphs", "a.docx", files.empty_paragraphs_docx_bytes()),
+        ("normal PDF, 50 pages", "a.pdf", files.pdf_bytes([PAGE] * 50)),
+    ]
+    return [
+        (what, f"{len(data) // 1024} KB", asyncio.run(read_document(data, name, None, limits)))
+        for what, name, data in cases
+    ]
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes only (a smoke run)")
     parser.add_argument("--repeat", type=int, default=5, help="runs per case (median)")
@@ -87,6 +117,17 @@ def report(args: argparse.Namespace) -> int:
     print("|---|---|---:|")
     for what, size, work in _cases(args.quick):
         print(f"| {what} | {size} | {_timed(work, args.repeat):.1f} |")
+    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    seconds = 2.0 if args.quick else settings.document_read_seconds
+    print(f"\nIn the sandbox (limits: {seconds:g} s, {settings.document_read_mb} MB):\n")
+    print("| file | size | outcome | seconds | peak MB |")
+    print("|---|---|---|---:|---:|")
+    for what, size, outcome in _sandboxed(args.quick, settings):
+        document = outcome.document
+        ended = f"read, {len(document.text)} chars" if document else f"refused: {outcome.error}"
+        if document is not None and document.pages:
+            ended += f", {document.pages - document.truncated_pages}/{document.pages} pages"
+        print(f"| {what} | {size} | {ended} | {outcome.seconds:.1f} | {outcome.peak_mb:.0f} |")
     return 0
 
 

@@ -172,7 +172,7 @@ class Settings(BaseSettings):
     telegram_bot_token: SecretStr | None = None
     telegram_api_base_url: str | None = None
     webhook_url: str | None = None
-    webhook_listen: str = "0.0.0.0"
+    webhook_listen: str = "127.0.0.1"
     webhook_port: int = Field(8443, ge=1, le=65535)
     webhook_secret_token: SecretStr | None = None
     allowed_user_ids: IntList = Field(default_factory=list)
@@ -192,6 +192,8 @@ class Settings(BaseSettings):
     vision: bool = False
     max_document_mb: float = Field(10.0, gt=0)
     document_tokens: int = Field(0, ge=0)
+    document_read_seconds: float = Field(30.0, gt=0)
+    document_read_mb: int = Field(512, ge=128)
 
     # --- delivery: the inbox queue and its workers (issue 15) ---
     worker_concurrency: int = Field(8, ge=1)
@@ -289,6 +291,15 @@ class Settings(BaseSettings):
             raise ValueError("must look like postgresql://user@host:port/dbname")
         return value
 
+    @field_validator("webhook_secret_token", mode="after")
+    @classmethod
+    def _check_secret_token(cls, value: SecretStr | None) -> SecretStr | None:
+        # Telegram's setWebhook accepts 1-256 of these characters and nothing else.
+        allowed = re.compile(r"[A-Za-z0-9_-]{1,256}")
+        if value is not None and not allowed.fullmatch(value.get_secret_value()):
+            raise ValueError("must be 1-256 characters of A-Z, a-z, 0-9, _ and -")
+        return value
+
     @field_validator("timezone")
     @classmethod
     def _check_zone(cls, value: str) -> str:
@@ -372,6 +383,12 @@ def _choices_of(value: object) -> object:
     if isinstance(value, list):
         return dict.fromkeys(str(name).strip() for name in value if str(name).strip())
     return value
+
+
+WEBHOOK_SECRET_MISSING = (
+    "WEBHOOK_SECRET_TOKEN is not set: a webhook without it lets anyone who finds the URL act"
+    " as any user; set it to a long random string (letters, digits, _ and -)"
+)
 
 
 class ConfigError(RuntimeError):

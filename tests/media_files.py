@@ -9,7 +9,10 @@ included). Viewers have no Cyrillic glyphs in Helvetica: such text extracts but 
 from __future__ import annotations
 
 import io
+import os
 import zipfile
+import zlib
+from pathlib import Path
 
 import docx
 from PIL import Image
@@ -137,3 +140,49 @@ def image_bytes(
     out = io.BytesIO()
     image.save(out, fmt, exif=exif)
     return out.getvalue()
+
+
+def hostile_pdf_bytes(pages: int = 300, stream_mb: float = 6.0) -> bytes:
+    """Return a small PDF whose pages all point at one huge compressed content stream.
+
+    The stream shows a space a million times: every page makes pypdf parse all of it again,
+    about 15 s and 300 MB each, for text that is only whitespace.
+    """
+    unit = b"BT /F1 12 Tf ( ) Tj ET "
+    raw = unit * int(stream_mb * 1024 * 1024 / len(unit))
+    packed = zlib.compress(raw, 9)
+    kids = " ".join(f"{4 + i} 0 R" for i in range(pages))
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        f"<< /Type /Pages /Kids [{kids}] /Count {pages} >>".encode(),
+        b"<< /Length %d /Filter /FlateDecode >>\nstream\n%s\nendstream" % (len(packed), packed),
+    ]
+    objects += [
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 "
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >> >> >> /Contents 3 0 R >>"
+    ] * pages
+    return _assemble(objects)
+
+
+def empty_paragraphs_docx_bytes(paragraphs: int = 16_000_000) -> bytes:
+    """Return a DOCX whose body is that many empty paragraphs: 16 million pack to about
+    170 KB and unzip to just under MAX_DOCX_UNZIPPED, and python-docx would need gigabytes."""
+    out = io.BytesIO(docx_bytes(["Start"]))
+    with zipfile.ZipFile(out) as archive:
+        entries = {name: archive.read(name) for name in archive.namelist()}
+    body = entries["word/document.xml"]
+    start = body.index(b"<w:body>") + len(b"<w:body>")
+    entries["word/document.xml"] = body[:start] + b"<w:p/>" * paragraphs + body[start:]
+    rebuilt = io.BytesIO()
+    with zipfile.ZipFile(rebuilt, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, data in entries.items():
+            archive.writestr(name, data)
+    return rebuilt.getvalue()
+
+
+def child_pids() -> set[int]:
+    """Return the pids of this process's children (Linux): the sandbox's readers among them."""
+    found: set[int] = set()
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        found |= {int(pid) for pid in (task / "children").read_text().split()}
+    return found

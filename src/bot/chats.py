@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from telegram import Message, MessageEntity
+from telegram import Message, MessageEntity, Update, User
 from telegram.constants import ChatType
 
 from src.services.agent_service import Identity
@@ -13,6 +13,25 @@ from src.services.agent_service import Identity
 def is_private(message: Message) -> bool:
     """Tell whether the message comes from a private chat."""
     return message.chat.type == ChatType.PRIVATE
+
+
+def is_forged(update: Update) -> bool:
+    """True for a private chat's update whose chat is not its sender's: Telegram never
+    sends one (a private chat's id is the user's), a forger acting as another user does."""
+    query = update.callback_query
+    message = update.message or update.edited_message
+    sender: User | None
+    if query is not None:
+        chat, sender = query.message.chat if query.message else None, query.from_user
+    elif message is not None:
+        chat, sender = message.chat, message.from_user
+    else:
+        return False
+    return (
+        chat is not None
+        and chat.type == ChatType.PRIVATE
+        and (sender is None or sender.id != chat.id)
+    )
 
 
 def is_anonymous_admin(message: Message) -> bool:

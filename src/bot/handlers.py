@@ -30,7 +30,15 @@ from src.bot.chats import (
 )
 from src.bot.commands import COMMANDS, Context, cmd_unknown, lang_of_message, message_of, say
 from src.bot.live import LiveReply
-from src.bot.media import MEDIA, acknowledgement, caption_of, gather_album, unread, uploads_of
+from src.bot.media import (
+    MEDIA,
+    acknowledgement,
+    caption_of,
+    gather_album,
+    unread,
+    until_stopped,
+    uploads_of,
+)
 from src.bot.replies import said_text
 from src.bot.sending import reply_text, typing
 from src.bot.state import BotState, state_of
@@ -157,9 +165,16 @@ async def on_media(update: Update, context: Context) -> None:
             return
         async with typing(message):  # transcribing, describing: seconds
             uploads, problems = await uploads_of(bot, album, state.settings, lang)
-            turn = await state.media.read(
+            reading = state.media.read(
                 uploads, caption, lang, identity.owner_id, identity.sender_id
             )
+            read = await until_stopped(state, bot, message, update.update_id, reading)
+        if read is None:  # /stop while the files were read: nothing is kept
+            await say(message, t("stopped", lang))
+            for update_id in siblings:
+                await repo.finish(update_id)
+            return
+        turn = read
         turn.siblings = siblings
         for n, sentence in enumerate(problems + turn.problems):
             await say_once(update, context, f"problem:{n}", sentence)

@@ -5,8 +5,10 @@ turn, files checked and downloaded, then read (src/services/media.py) into the t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import Awaitable
 from datetime import timedelta
 from pathlib import PurePosixPath
 
@@ -14,6 +16,7 @@ from telegram import Bot, Message, PhotoSize, Update
 from telegram.error import BadRequest, TelegramError
 from telegram.ext import filters
 
+from src.bot.live import LiveReply
 from src.bot.state import BotState
 from src.config import Settings
 from src.services.media import MediaTurn, Upload, duration
@@ -57,6 +60,30 @@ async def gather_album(
         await asyncio.sleep(max(0.05, ALBUM_QUIET - min(quiet, waited)))
     others = [Update.de_json(payload, bot).message for _, payload, _ in rows]
     return [message, *(m for m in others if m is not None)], [i for i, _, _ in rows]
+
+
+async def until_stopped(
+    state: BotState, bot: Bot, message: Message, turn: int, work: Awaitable[MediaTurn]
+) -> MediaTurn | None:
+    """Read the message's files as the chat's turn (`turn`: its update id), which /stop
+    can end; None if stopped.
+
+    Stopping cancels the reading, which kills a document's reader process at once.
+    """
+    handle = LiveReply(bot, message, turn, show=False)  # shows nothing: what /stop finds
+    state.live.add(handle)
+    reading = asyncio.ensure_future(work)
+    stopping = asyncio.ensure_future(handle.stream.stop.wait())
+    try:
+        await asyncio.wait({reading, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        state.live.remove(handle)
+        if not reading.done():  # stopped, or this handler was cancelled (shutdown)
+            reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reading
+    return None if reading.cancelled() else reading.result()
 
 
 def caption_of(messages: list[Message]) -> Message | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import logging
 import time
@@ -25,7 +26,7 @@ from urllib.parse import urlsplit
 from telegram import CallbackQuery, Message, Update
 from telegram.error import Conflict, InvalidToken, NetworkError, RetryAfter, TelegramError, TimedOut
 
-from src.bot.chats import command_name, is_anonymous_admin
+from src.bot.chats import command_name, is_anonymous_admin, is_forged
 from src.bot.commands import (
     MODEL_DATA,
     lang_of_message,
@@ -40,6 +41,7 @@ from src.bot.live import stopped_turn
 from src.bot.memory_view import MEMORY_DATA
 from src.bot.queue import QUEUE, TASK
 from src.bot.state import BotState
+from src.config import WEBHOOK_SECRET_MISSING, ConfigError
 from src.services.texts import t
 
 logger = logging.getLogger(__name__)
@@ -121,6 +123,11 @@ class Receiver:
     def _first_sight(self, update: Update) -> bool:
         """Decide an update's fate once: run the gate (charging the sender's rate limit),
         answer a refusal, run /stop or a button press; return whether to store it."""
+        if is_forged(update):
+            # Neither stored nor answered: it would run a turn on the sender's memory and
+            # send the answer to the chat's owner.
+            logger.warning("update %s refused: forged sender", update.update_id)
+            return False
         if update.callback_query is not None:
             self._later(self._pressed(update.callback_query))
             return False
@@ -285,22 +292,23 @@ class Receiver:
 
     async def serve_webhook(self, stop: asyncio.Event) -> None:
         """Serve the webhook until `stop`: 200 once an update is stored, 500 if it could
-        not be (Telegram retries), 403 without the secret token."""
+        not be (Telegram retries), 403 without the secret token. Refuses to start without
+        WEBHOOK_SECRET_TOKEN: anyone who found the URL could act as any user."""
         import tornado.httpserver
         import tornado.web
 
         settings = self.state.settings
         assert settings.webhook_url
-        secret = settings.webhook_secret_token
+        if settings.webhook_secret_token is None:
+            raise ConfigError(WEBHOOK_SECRET_MISSING)
+        secret = settings.webhook_secret_token.get_secret_value().encode()
         receiver = self
 
         class Hook(tornado.web.RequestHandler):
             async def post(self) -> None:
-                if (
-                    secret is not None
-                    and self.request.headers.get("X-Telegram-Bot-Api-Secret-Token")
-                    != secret.get_secret_value()
-                ):
+                given = self.request.headers.get("X-Telegram-Bot-Api-Secret-Token", "")
+                # In constant time: how long a refusal takes says nothing of the secret.
+                if not hmac.compare_digest(given.encode(), secret):
                     self.set_status(403)
                     return
                 try:
@@ -323,11 +331,9 @@ class Receiver:
         server = tornado.httpserver.HTTPServer(tornado.web.Application([(path, Hook)]))
         server.listen(settings.webhook_port, settings.webhook_listen)
         try:
-            if secret is None:
-                logger.warning("WEBHOOK_SECRET_TOKEN is not set: anyone who knows the URL can post")
             await self.app.bot.set_webhook(
                 settings.webhook_url,
-                secret_token=secret.get_secret_value() if secret else None,
+                secret_token=secret.decode(),
                 allowed_updates=ALLOWED_UPDATES,
             )
             logger.info(

@@ -11,7 +11,7 @@ from typing import Any
 
 from telegram.error import InvalidToken, NetworkError
 
-from src.config import Settings
+from src.config import WEBHOOK_SECRET_MISSING, Settings
 
 
 def register(sub: Any, db_sub: Any) -> None:
@@ -43,6 +43,10 @@ async def run_bot(args: argparse.Namespace, settings: Settings) -> int:
             file=sys.stderr,
         )
         return 2
+    receive = getattr(args, "receive", True)
+    if receive and settings.webhook_url and settings.webhook_secret_token is None:
+        print(f"tgagent: {WEBHOOK_SECRET_MISSING}", file=sys.stderr)  # noqa: T201
+        return 2
     from src.bot.app import build_application, serve
 
     app = build_application(settings)
@@ -53,7 +57,7 @@ async def run_bot(args: argparse.Namespace, settings: Settings) -> int:
         with contextlib.suppress(NotImplementedError):  # not on Windows
             loop.add_signal_handler(sig, stop.set)
     try:
-        await serve(app, stop, receive=getattr(args, "receive", True))
+        await serve(app, stop, receive=receive)
     except InvalidToken:
         print("tgagent: Telegram rejected TELEGRAM_BOT_TOKEN", file=sys.stderr)  # noqa: T201
         return 2

@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 import re
 
+from pydantic import SecretStr
+
 from src.config import Settings
 from src.graph.memory.errors import describe
 
@@ -84,16 +86,11 @@ def one_line_logs() -> None:
 
 
 def secrets_of(settings: Settings) -> list[str]:
-    """Return the secret values that must never be logged."""
-    values = [
-        settings.telegram_bot_token,
-        settings.openai_api_key,
-        settings.pg_password,
-        settings.webhook_secret_token,
-        settings.database_url,
-        settings.web_token,
-    ]
-    out = [v.get_secret_value() for v in values if v is not None]
+    """Return the secret values that must never be logged: every `SecretStr` setting (a
+    new one is covered without being listed here), and the database password as DSNs
+    carry it."""
+    values = [getattr(settings, name) for name in type(settings).model_fields]
+    out = [v.get_secret_value() for v in values if isinstance(v, SecretStr)]
     if settings.pg_password is not None:
         # The password as make_conninfo escapes it inside a key=value DSN.
         raw = settings.pg_password.get_secret_value()

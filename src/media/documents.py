@@ -1,6 +1,7 @@
 """Turn the bytes of a document a user sent (PDF, DOCX, plain text) into its text.
 
-Everything here is synchronous CPU work on untrusted bytes: the caller runs it in a thread.
+Everything here is synchronous CPU work on untrusted bytes: the bot runs it in a child
+process with limits (src/media/sandbox.py), and it stops by itself at the text budget.
 Whatever is wrong with a file comes out as a `DocumentError` whose `reason` the caller turns
 into one sentence for the user; no other exception escapes for a bad file.
 """
@@ -76,7 +77,20 @@ DOCX_FAILURES = (
 OLE_SIGNATURE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 OLE_ENCRYPTION_INFO = "EncryptionInfo".encode("utf-16-le")
 
-Reason = Literal["unsupported", "broken", "encrypted", "empty", "too_big"]
+Reason = Literal["unsupported", "broken", "encrypted", "empty", "too_big", "too_heavy"]
+"""`too_heavy`: reading it took more time or memory than the sandbox allows."""
+
+
+@dataclass(frozen=True)
+class TextBudget:
+    """Where reading a document stops: what lies past it is never parsed."""
+
+    pages: int = 300
+    """PDF pages."""
+    paragraphs: int = 100_000
+    """DOCX paragraphs and tables."""
+    chars: int = 4_000_000
+    """Characters of text; the page or paragraph that reaches it is the last one read."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +104,7 @@ class Document:
     pages: int | None
     """A PDF's page count; None for the other formats."""
     truncated_pages: int = 0
-    """PDF pages past `max_pages`, not read."""
+    """PDF pages past the budget, not read."""
 
 
 class DocumentError(Exception):
@@ -110,52 +124,67 @@ def document_format(file_name: str | None, mime_type: str | None) -> str | None:
 
 
 def extract_text(
-    data: bytes, file_name: str | None, mime_type: str | None = None, *, max_pages: int = 300
+    data: bytes,
+    file_name: str | None,
+    mime_type: str | None = None,
+    *,
+    budget: TextBudget = TextBudget(),  # noqa: B008 - frozen, never changed
 ) -> Document:
-    """Return the document's text; raise `DocumentError` when there is none to be had."""
+    """Return the document's text up to the budget; raise `DocumentError` when there is
+    none to be had."""
     match document_format(file_name, mime_type):
         case None:
             raise DocumentError("unsupported")
         case "pdf":
-            return _pdf(data, max_pages)
+            return _pdf(data, budget)
         case "docx":
-            return Document(_nonempty(_docx(data)), "docx", None)
+            return Document(_nonempty(_docx(data, budget)), "docx", None)
         case fmt:
-            return Document(_nonempty(_plain(data, fmt)), fmt, None)
+            return Document(_nonempty(_plain(data, fmt)[: budget.chars]), fmt, None)
 
 
-def _pdf(data: bytes, max_pages: int) -> Document:
-    """Read the text of the first `max_pages` pages, a blank line between pages."""
+def _pdf(data: bytes, budget: TextBudget) -> Document:
+    """Read the pages up to the budget, a blank line between pages."""
+    texts: list[str] = []
     try:
         reader = PdfReader(io.BytesIO(data))
         # Many PDFs are encrypted only to restrict printing or copying: they open with "".
         if reader.is_encrypted and not reader.decrypt(""):
             raise DocumentError("encrypted")
         count = len(reader.pages)
-        texts = [reader.pages[i].extract_text() for i in range(min(count, max_pages))]
+        chars = 0
+        for i in range(min(count, budget.pages)):
+            texts.append(reader.pages[i].extract_text())
+            chars += len(texts[-1])
+            if chars >= budget.chars:
+                break
     except DependencyError as exc:
         # DependencyError: AES needs the `cryptography` package, which we do not ship.
         raise DocumentError("encrypted") from exc
     except PDF_FAILURES as exc:
         raise DocumentError("broken") from exc
-    text = _nonempty("\n\n".join(texts))
-    return Document(text, "pdf", count, truncated_pages=max(0, count - max_pages))
+    text = _nonempty("\n\n".join(texts)[: budget.chars])
+    return Document(text, "pdf", count, truncated_pages=count - len(texts))
 
 
-def _docx(data: bytes) -> str:
-    """Return the paragraphs and table rows in document order, a line each."""
+def _docx(data: bytes, budget: TextBudget) -> str:
+    """Return the paragraphs and table rows in document order, a line each, up to the
+    budget."""
     if data.startswith(OLE_SIGNATURE) and OLE_ENCRYPTION_INFO in data:
         raise DocumentError("encrypted")
     _check_unzipped_size(data)
+    lines: list[str] = []
     try:
         document = docx.Document(io.BytesIO(data))
-        lines = [
-            _table_text(block) if isinstance(block, Table) else block.text
-            for block in document.iter_inner_content()
-        ]
+        chars = 0
+        for block in document.iter_inner_content():
+            lines.append(_table_text(block) if isinstance(block, Table) else block.text)
+            chars += len(lines[-1]) + 1
+            if chars >= budget.chars or len(lines) >= budget.paragraphs:
+                break
     except DOCX_FAILURES as exc:
         raise DocumentError("broken") from exc
-    return "\n".join(lines)
+    return "\n".join(lines)[: budget.chars]
 
 
 def _check_unzipped_size(data: bytes) -> None:

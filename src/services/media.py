@@ -22,8 +22,9 @@ from src.graph.deps import GraphDeps
 from src.graph.lang import lang_of
 from src.graph.model_calls import call_config
 from src.graph.output_caps import with_output_cap
-from src.media.documents import Document, DocumentError, extract_text
+from src.media.documents import Document, DocumentError, TextBudget
 from src.media.images import ImageError, Picture, is_image, prepare_image
+from src.media.sandbox import Sandbox
 from src.media.transcribe import Transcriber, TranscriptionError
 from src.services.texts import t
 from src.services.usage import Usage
@@ -101,6 +102,7 @@ class MediaReader:
         self.transcriber = (
             Transcriber(deps.settings, recorder) if deps.settings.transcription_on else None
         )
+        self.sandbox = Sandbox(deps.settings.document_read_seconds, deps.settings.document_read_mb)
 
     async def check_transcription(self) -> None:
         """Probe the transcription endpoint; one that has none turns transcription off, so
@@ -241,9 +243,11 @@ class MediaReader:
 
     async def _document(self, upload: Upload, turn: MediaTurn, lang: str | None) -> str | None:
         name = upload.file_name or "document"
+        # One character past what `_cut` keeps: a text cut here still gets its note.
+        budget = TextBudget(chars=self._token_budget() * CHARS_PER_TOKEN_BOUND + 1)
         try:
-            document = await asyncio.to_thread(
-                extract_text, upload.data, upload.file_name, upload.mime_type
+            document = await self.sandbox.read(
+                upload.data, upload.file_name, upload.mime_type, budget
             )
         except DocumentError as exc:
             logger.info("document %r not read: %s", name, exc.reason)
@@ -255,12 +259,16 @@ class MediaReader:
         body = f"[Document: {name}{pages}]\n{text}"
         return f"{body}\n{note}" if note else body
 
-    def _cut(self, document: Document) -> tuple[str, str]:
-        """Cut the document's text to its token budget; return it and a note if cut."""
-        settings, counter = self.settings, self.deps.counter
-        budget = settings.document_tokens or (
+    def _token_budget(self) -> int:
+        """Return the tokens of a document's text a turn keeps."""
+        settings = self.settings
+        return settings.document_tokens or (
             Layers.for_model(settings, settings.llm_model).working // 2
         )
+
+    def _cut(self, document: Document) -> tuple[str, str]:
+        """Cut the document's text to its token budget; return it and a note if cut."""
+        budget, counter = self._token_budget(), self.deps.counter
         text = document.text
         head = text[: budget * CHARS_PER_TOKEN_BOUND]
         kept = truncate_text(head, budget, counter)

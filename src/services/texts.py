@@ -67,6 +67,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "document_encrypted": "«{name}» защищён паролем — пришлите версию без пароля.",
         "document_empty": "В «{name}» нет текста, который можно извлечь (скан или картинки?).",
         "document_too_big": "«{name}» слишком велик после распаковки — я его не открываю.",
+        "document_too_heavy": "Я перестал читать «{name}»: на него уходит слишком много "
+        "времени или памяти — пришлите файл попроще (например, только нужные страницы).",
         "document_pages": "«{name}» ({pages} стр., ~{words} слов)",
         "document_words": "«{name}» (~{words} слов)",
         "documents_read": "📄 Прочитал {files}. Спрашивайте, что нужно с ним сделать.",
@@ -271,6 +273,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "document_encrypted": "“{name}” is password-protected: please send it without a password.",
         "document_empty": "“{name}” has no text I can extract (a scan, or only pictures?).",
         "document_too_big": "“{name}” unpacks to too much data: I won't open it.",
+        "document_too_heavy": "I stopped reading “{name}”: it takes too much time or memory "
+        "to read; please send a simpler file (only the pages you need, say).",
         "document_pages": "“{name}” ({pages} pages, ~{words} words)",
         "document_words": "“{name}” (~{words} words)",
         "documents_read": "📄 I've read {files}. Ask me what to do with it.",

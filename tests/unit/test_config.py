@@ -382,3 +382,60 @@ def test_session_idle_minutes_accepts_fractions(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("SESSION_IDLE_MINUTES", "0")
     with pytest.raises(ConfigError, match="SESSION_IDLE_MINUTES"):
         load()
+
+
+# Names of settings that hold a credential: each must be a SecretStr (hidden in repr) and
+# is then masked in every log line by `secrets_of`, which reads them off the model.
+SECRET_NAME = re.compile(r"(key|token|password|secret)$|^database_url$")
+
+
+def test_every_secret_setting_is_a_secret_str() -> None:
+    names = [n for n in Settings.model_fields if SECRET_NAME.search(n)]
+    assert "transcribe_api_key" in names and "embedding_api_key" in names
+    values = {name: f"{name}-value-{i}x" for i, name in enumerate(names)}
+    values["database_url"] = "postgresql://u:dbpassword99@h/db"
+    s = load(**values)
+    for name in names:
+        secret = getattr(s, name)
+        assert type(secret).__name__ == "SecretStr", f"{name} is not a SecretStr"
+        assert secret.get_secret_value() not in repr(s)
+
+
+def test_every_secret_setting_is_masked_in_log_lines_and_tracebacks(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    names = [n for n in Settings.model_fields if SECRET_NAME.search(n) and n != "database_url"]
+    values = {name: f"{name}-value-{i}x" for i, name in enumerate(names)}
+    s = load(**values)
+    root = logging.getLogger()
+    saved_handlers, saved_level = list(root.handlers), root.level
+    try:
+        configure_logging("info", s)
+        log = logging.getLogger("tgagent.test")
+        for name, value in values.items():
+            log.info("%s is %s", name, value)
+            try:
+                raise RuntimeError(f"the endpoint refused {value}")
+            except RuntimeError:
+                log.error("calling with %s failed", name, exc_info=True)
+        err = capsys.readouterr().err
+        assert "Traceback" in err and "transcribe_api_key is ***" in err
+        for name, value in values.items():
+            assert value not in err, f"{name} leaked"
+    finally:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        for handler in saved_handlers:
+            root.addHandler(handler)
+        root.setLevel(saved_level)
+
+
+def test_webhooks_listen_on_the_loopback_address_by_default() -> None:
+    assert load().webhook_listen == "127.0.0.1"
+
+
+@pytest.mark.parametrize("value", ["has space", "semi;colon", "x" * 257, "ключ"])
+def test_a_webhook_secret_telegram_would_refuse_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    config_error(monkeypatch, "WEBHOOK_SECRET_TOKEN", value)

@@ -9,7 +9,13 @@ import zipfile
 
 import pytest
 
-from src.media.documents import MAX_DOCX_UNZIPPED, Document, DocumentError, extract_text
+from src.media.documents import (
+    MAX_DOCX_UNZIPPED,
+    Document,
+    DocumentError,
+    TextBudget,
+    extract_text,
+)
 from src.media.documents import document_format as fmt
 from tests.media_files import (
     broken_pdf_bytes,
@@ -51,7 +57,7 @@ def test_pdf_pages_in_order_with_their_count() -> None:
 
 
 def test_pdf_pages_past_max_pages_are_not_read() -> None:
-    document = extract_text(pdf_bytes(["one", "two", "three"]), "a.pdf", max_pages=2)
+    document = extract_text(pdf_bytes(["one", "two", "three"]), "a.pdf", budget=TextBudget(pages=2))
     assert (document.text, document.pages, document.truncated_pages) == ("one\n\ntwo", 3, 1)
 
 
