@@ -61,8 +61,13 @@ UNION ALL
 SELECT 0, coalesce(sum(next_message_number - 1), 0) FROM conversations
 WHERE telegram_user_id = %(user)s
 """
-# Candidates: up to `per_term` messages per term (all of a rare term's), with their vectors.
-CANDIDATES = """
+# Candidates: a term's newest `per_term` matching messages (all of a rare term's), with
+# their vectors. A bare LIMIT over the postings returned the OLDEST matches (they come
+# back in the table's physical order). A term matched by fewer than DF_CAP messages
+# reads its postings and keeps the newest; a more common one reads the owner's newest
+# COMMON_SCAN messages from the newest back (messages_owner_recent_idx) and stops at
+# `per_term` matches, so its cost never grows with the history.
+CANDIDATES_RARE = """
 SELECT DISTINCT c.id, c.vector, c.created_at FROM
 unnest(%(lexemes)s::text[], %(prefixes)s::bool[]) AS t(lexeme, prefix),
 LATERAL (
@@ -71,9 +76,26 @@ LATERAL (
       AND m.role = ANY(%(roles)s) AND m.id <> %(exclude)s
       AND (%(since)s::timestamptz IS NULL OR m.created_at >= %(since)s::timestamptz)
       AND (%(until)s::timestamptz IS NULL OR m.created_at < %(until)s::timestamptz)
-    LIMIT %(per_term)s
+    ORDER BY m.id DESC LIMIT %(per_term)s
 ) c
 """
+CANDIDATES_COMMON = """
+SELECT DISTINCT c.id, c.vector, c.created_at FROM
+unnest(%(lexemes)s::text[], %(prefixes)s::bool[]) AS t(lexeme, prefix),
+LATERAL (
+    SELECT m.id, m.search_vector::text AS vector, m.created_at FROM (
+        SELECT m.id, m.search_vector, m.created_at, m.role FROM messages m
+        WHERE m.owner_id = %(user)s AND m.search_vector IS NOT NULL
+        ORDER BY m.id DESC LIMIT %(scan)s
+    ) m
+    WHERE m.search_vector @@ owner_term(%(user)s, t.lexeme, t.prefix)
+      AND m.role = ANY(%(roles)s) AND m.id <> %(exclude)s
+      AND (%(since)s::timestamptz IS NULL OR m.created_at >= %(since)s::timestamptz)
+      AND (%(until)s::timestamptz IS NULL OR m.created_at < %(until)s::timestamptz)
+    ORDER BY m.id DESC LIMIT %(per_term)s
+) c
+"""
+COMMON_SCAN = 20000
 # The hits themselves, each with the next user or assistant message of its conversation
 # (a question's answer is often the next message).
 HITS = """
@@ -359,16 +381,30 @@ class SearchRepository(Repository):
         async with self.pool.connection() as c:
             cur = await c.execute(TERM_STATS, {**params, **terms, "cap": DF_CAP})
             stats_rows = await cur.fetchall()
-            cur = await c.execute(CANDIDATES, {**params, **terms, "per_term": PER_TERM})
-            candidates = list(await cur.fetchall())
-        stats = {r["n"]: int(r["df"]) for r in stats_rows}
+            stats = {r["n"]: int(r["df"]) for r in stats_rows}
+            # A message matching a rare and a common term comes back from both reads.
+            candidates: dict[int, dict[str, Any]] = {}
+            for sql, common in ((CANDIDATES_RARE, False), (CANDIDATES_COMMON, True)):
+                chosen = [
+                    n for n in range(len(lexemes)) if (stats.get(n + 1, 0) >= DF_CAP) == common
+                ]
+                if not chosen:
+                    continue
+                some = {
+                    "lexemes": [lexemes[n] for n in chosen],
+                    "prefixes": [lexemes[n] in prefixes for n in chosen],
+                }
+                cur = await c.execute(
+                    sql, {**params, **some, "per_term": PER_TERM, "scan": COMMON_SCAN}
+                )
+                candidates |= {r["id"]: r for r in await cur.fetchall()}
         total = max(stats.pop(0, 0), max(stats.values(), default=0))
         idf = {
             lexemes[n - 1]: math.log(1 + (total - df + 0.5) / (df + 0.5))
             for n, df in stats.items()
             if df
         }
-        ranked = bm25(candidates, idf, frozenset(prefixes)) if idf else []
+        ranked = bm25(list(candidates.values()), idf, frozenset(prefixes)) if idf else []
         return [row["id"] for score, row in ranked if score > 0][:FUSE_DEPTH]
 
     async def _semantic(
