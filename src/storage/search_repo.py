@@ -35,18 +35,34 @@ from src.storage.search_ranking import (
 
 # Lexical search is BM25 over the owner's own index (sql/0007_search_owner.sql): every
 # user and assistant message carries its lexemes prefixed with its owner's id, so each
-# query term reads one owner's posting list. Russian and English words are stemmed by the
-# `russian` configuration; the time stamp is not searchable text.
+# query term reads one owner's posting list. Words are stemmed (English for Latin
+# letters, Russian otherwise) with no stop words dropped, and CJK runs are indexed as
+# character bigrams (search_words(), sql/0020_recall_defects.sql); the time stamp is not
+# searchable text.
 #
-# The query's content words, each with the lexemes it stems to (stop words, Russian or
-# English, dropped).
+# The query's content words, each with the lexemes it stems to. Stop words depend on the
+# language: the query's is the one whose stop-word list covers most of its words (ties:
+# the order of STOP_LANGUAGES), and only that language's stop words are dropped. An
+# English or Russian stop word can be a content word elsewhere (Spanish "once", eleven).
 QUERY_TERMS = """
-SELECT w.word, array(SELECT lexeme FROM unnest(to_tsvector('russian', w.word))) AS lexemes
-FROM unnest(%s::text[]) WITH ORDINALITY AS w(word, n)
-WHERE to_tsvector('english', w.word) <> ''::tsvector
-  AND to_tsvector('russian', w.word) <> ''::tsvector
+WITH w AS (
+    SELECT w.word, lower(w.word) AS low, w.n
+    FROM unnest(%(words)s::text[]) WITH ORDINALITY AS w(word, n)
+), lang AS (
+    SELECT l.name FROM unnest(%(languages)s::text[]) WITH ORDINALITY AS l(name, n)
+    JOIN w ON ts_lexize((l.name || '_stem')::regdictionary, w.low) = '{}'
+    GROUP BY l.name, l.n ORDER BY count(*) DESC, l.n LIMIT 1
+)
+SELECT w.word, array(SELECT lexeme FROM unnest(search_words(w.word))) AS lexemes
+FROM w LEFT JOIN lang ON true
+WHERE lang.name IS NULL OR ts_lexize((lang.name || '_stem')::regdictionary, w.low) <> '{}'
 ORDER BY w.n
 """
+# Languages whose stop words PostgreSQL knows (snowball dictionaries with a stop list).
+STOP_LANGUAGES = (
+    "english", "russian", "danish", "dutch", "finnish", "french", "german", "hungarian",
+    "italian", "norwegian", "portuguese", "spanish", "swedish", "turkish",
+)  # fmt: skip
 # Document frequency per term, counted up to a cap (a term in more messages than that is
 # common: its weight is near zero anyway), and the owner's message count.
 TERM_STATS = """
@@ -344,7 +360,9 @@ class SearchRepository(Repository):
     async def _terms(self, c: Conn, parsed: SearchQuery) -> tuple[list[str], set[str], list[str]]:
         """Return the query's lexemes, those asked as prefixes and its content words;
         refuse stop words only."""
-        cur = await c.execute(QUERY_TERMS, (parsed.words,))
+        cur = await c.execute(
+            QUERY_TERMS, {"words": parsed.words, "languages": list(STOP_LANGUAGES)}
+        )
         lexemes: list[str] = []
         prefixes: set[str] = set()
         rows = (await cur.fetchall())[:MAX_QUERY_WORDS]

@@ -285,3 +285,27 @@ async def test_a_frequent_word_finds_the_newest_messages(
     assert [r["content"] for r in found[1:]] == [
         f"заметка про python {n}" for n in (1200, 1199, 1198, 1197)
     ]
+
+
+async def test_stop_words_are_those_of_the_querys_language(pool: Pool) -> None:
+    eleven, _twelve = await seed(
+        pool, PAVEL.owner_id, "Mi hermano cumple once años", "Mi hermano cumple doce años"
+    )
+    memory = SearchRepository(pool)
+    # Spanish ("el", "de" are its stop words): "once" is eleven, not an English stop word.
+    found = await memory.search_messages(
+        PAVEL.owner_id, "¿Cuándo cumple el hermano de Ana once años?"
+    )
+    assert found[0]["id"] == eleven["id"]
+    with pytest.raises(StopWordsOnly):  # Spanish stop words only
+        await memory.search_messages(PAVEL.owner_id, "¿y de el que?")
+
+
+async def test_a_cjk_word_inside_a_run_of_characters_is_found(pool: Pool) -> None:
+    apples, tea = await seed(pool, PAVEL.owner_id, "我昨天在超市买了三个苹果", "今天喝了绿茶")
+    memory = SearchRepository(pool)
+    assert [r["id"] for r in await memory.search_messages(PAVEL.owner_id, "苹果")] == [apples["id"]]
+    assert [r["id"] for r in await memory.search_messages(PAVEL.owner_id, "绿茶")] == [tea["id"]]
+    found = await memory.search_messages(PAVEL.owner_id, "超市 苹果")
+    assert [r["id"] for r in found] == [apples["id"]]
+    assert await memory.search_messages(PAVEL.owner_id, "香蕉") == []
