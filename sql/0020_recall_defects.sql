@@ -22,9 +22,12 @@ CREATE TABLE embedding_failures (
 
 -- 3. The queue per owner: owners with pending messages are found by skipping through this
 --    index, and each owner's newest pending messages are read from it, so one owner's
---    backlog never holds another's new messages.
+--    backlog never holds another's new messages. Only the user's messages are embedded:
+--    what a user said is what semantic search looks for, the reply after it comes along
+--    as its neighbour, and lexical search still ranks replies; a reply is four times a
+--    user message's length, so embedding it cost most of a turn's background CPU.
 CREATE INDEX messages_embed_owner_pending_idx ON messages (owner_id, id)
-    WHERE NOT embedded AND search_vector IS NOT NULL;
+    WHERE NOT embedded AND search_vector IS NOT NULL AND role = 'user';
 DROP INDEX messages_embed_pending_idx;
 
 -- 4. Search words. Stop words are a fact about a query's language, so the index keeps
