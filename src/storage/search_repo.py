@@ -42,14 +42,18 @@ from src.storage.search_ranking import (
 #
 # The query's content words, each with the lexemes it stems to. Stop words depend on the
 # language: the query's is the one whose stop-word list covers most of its words (ties:
-# the order of STOP_LANGUAGES), and only that language's stop words are dropped. An
+# the order listed), and only that language's stop words are dropped. An
 # English or Russian stop word can be a content word elsewhere (Spanish "once", eleven).
 QUERY_TERMS = """
 WITH w AS (
     SELECT w.word, lower(w.word) AS low, w.n
-    FROM unnest(%(words)s::text[]) WITH ORDINALITY AS w(word, n)
+    FROM unnest(%s::text[]) WITH ORDINALITY AS w(word, n)
 ), lang AS (
-    SELECT l.name FROM unnest(%(languages)s::text[]) WITH ORDINALITY AS l(name, n)
+    SELECT l.name FROM unnest(ARRAY[
+        -- PostgreSQL's snowball dictionaries that have a stop-word list; ties: this order
+        'english', 'russian', 'danish', 'dutch', 'finnish', 'french', 'german', 'hungarian',
+        'italian', 'norwegian', 'portuguese', 'spanish', 'swedish', 'turkish'
+    ]) WITH ORDINALITY AS l(name, n)
     JOIN w ON ts_lexize((l.name || '_stem')::regdictionary, w.low) = '{}'
     GROUP BY l.name, l.n ORDER BY count(*) DESC, l.n LIMIT 1
 )
@@ -58,11 +62,6 @@ FROM w LEFT JOIN lang ON true
 WHERE lang.name IS NULL OR ts_lexize((lang.name || '_stem')::regdictionary, w.low) <> '{}'
 ORDER BY w.n
 """
-# Languages whose stop words PostgreSQL knows (snowball dictionaries with a stop list).
-STOP_LANGUAGES = (
-    "english", "russian", "danish", "dutch", "finnish", "french", "german", "hungarian",
-    "italian", "norwegian", "portuguese", "spanish", "swedish", "turkish",
-)  # fmt: skip
 # Document frequency per term, counted up to a cap (a term in more messages than that is
 # common: its weight is near zero anyway), and the owner's message count.
 TERM_STATS = """
@@ -360,9 +359,7 @@ class SearchRepository(Repository):
     async def _terms(self, c: Conn, parsed: SearchQuery) -> tuple[list[str], set[str], list[str]]:
         """Return the query's lexemes, those asked as prefixes and its content words;
         refuse stop words only."""
-        cur = await c.execute(
-            QUERY_TERMS, {"words": parsed.words, "languages": list(STOP_LANGUAGES)}
-        )
+        cur = await c.execute(QUERY_TERMS, (parsed.words,))
         lexemes: list[str] = []
         prefixes: set[str] = set()
         rows = (await cur.fetchall())[:MAX_QUERY_WORDS]
