@@ -29,6 +29,8 @@ FIRST_BACKOFF = 2.0
 MAX_BACKOFF = 300.0
 # Messages of another model queued again per round after EMBEDDING_MODEL changed.
 REQUEUE_BATCH = 1000
+# A text any provider takes: asked when it refused every message of a batch.
+PROBE = "ok"
 # Below every owner id (groups' are negative): where the owner cursor starts.
 FIRST_OWNER = -(2**63)
 
@@ -132,8 +134,8 @@ class EmbeddingWorker:
     async def _one_by_one(self, items: list[Pending]) -> int:
         """Embed a refused batch one message at a time; mark the ones refused alone.
 
-        Refusals are marked only once the provider has taken another input: a provider
-        that refuses everything (a wrong option) is failing, not the messages."""
+        When every one is refused, a probe tells a provider that refuses everything (a
+        wrong option: it is failing, retried later) from messages that are all bad."""
         refused: list[tuple[Pending, RejectedInput]] = []
         for item in items:
             try:
@@ -143,8 +145,8 @@ class EmbeddingWorker:
                 continue
             await self.repo.store(self.embedder.model, [item], vector)
             self.embedded += 1
-        if refused and not self.embedded:
-            raise refused[0][1]
+        if len(refused) == len(items):
+            await self.embedder.passages([PROBE])  # refused too: raises, backs off
         for item, error in refused:
             logger.warning("embedding refused message %d, left unembedded: %s", item.id, error)
             await self.repo.quarantine(self.embedder.model, [item], str(error)[:300])

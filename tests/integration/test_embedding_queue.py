@@ -74,6 +74,18 @@ async def test_an_active_owners_new_message_does_not_wait_behind_a_backlog(
     assert len(stored) == 8
 
 
+async def test_a_lone_refused_message_is_set_aside(
+    runtime_factory: Any, llm: FakeOpenAI, pool: Pool
+) -> None:
+    llm.embedding_max_tokens = 3
+    rt = await runtime_factory(**EMBED)
+    await seed(pool, ANNA, "one message too long to embed")
+    rt.embeddings.kick()
+    await rt.embeddings.drain()
+    assert rt.embeddings.failures == 0 and rt.embeddings.refused == 1
+    assert await pending_count(pool) == 0
+
+
 async def test_a_refused_message_does_not_stall_another_owner(
     runtime_factory: Any, llm: FakeOpenAI, pool: Pool
 ) -> None:
@@ -105,7 +117,7 @@ async def test_a_refused_message_does_not_stall_another_owner(
 async def test_a_provider_refusing_everything_is_a_failure_not_a_poison(
     runtime_factory: Any, llm: FakeOpenAI, pool: Pool
 ) -> None:
-    llm.embedding_max_tokens = 1
+    llm.embedding_max_tokens = 0  # refuses every input: a wrong option, say
     rt = await runtime_factory(**EMBED)
     await seed(pool, ANNA, "two words", "three more words")
     rt.embeddings.kick()
