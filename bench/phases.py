@@ -72,6 +72,9 @@ class Sample:
     """The process's CPU after the reply until the turn's background work was done
     (summary, facts, the embeddings of its messages)."""
     background_ms: float
+    embedding_cpu_ms: float
+    """The CPU spent embedding the turn's messages (a part of the turn's CPU and of
+    the background's, wherever it ran)."""
     tokens_sent: int
     requests: int
     prompts: list[list[str]] = field(default_factory=list)
@@ -107,6 +110,7 @@ async def opened(env: Env, opener: Opener, prefix: str) -> AsyncIterator[tuple[S
 async def measured_turn(env: Env, subject: Subject, conv: int, text: str) -> Sample:
     """Run one turn; subtract the model server's own time from the wall time."""
     cpu, loop_cpu = time.process_time(), time.thread_time()
+    embedding_cpu = subject.embedding_cpu()
     started = time.perf_counter()
     ok, reply = await subject.turn(conv, text)
     replied = time.perf_counter()
@@ -131,6 +135,7 @@ async def measured_turn(env: Env, subject: Subject, conv: int, text: str) -> Sam
         loop_cpu_ms=loop_cpu_ms,
         background_cpu_ms=background_cpu_ms,
         background_ms=((settled - replied) - sum(e["seconds"] for e in other)) * 1000,
+        embedding_cpu_ms=(subject.embedding_cpu() - embedding_cpu) * 1000,
         tokens_sent=tokens_of(chat[0]["messages"], env.counter) if chat else 0,
         requests=len(chat),
         prompts=[list(e["messages"]) for e in chat],
@@ -227,6 +232,7 @@ class _Long:
             "cpu_ms": summary([s.cpu_ms for s in samples]),
             "loop_cpu_ms": summary([s.loop_cpu_ms for s in samples]),
             "background_cpu_ms": summary([s.background_cpu_ms for s in samples]),
+            "embedding_cpu_ms": summary([s.embedding_cpu_ms for s in samples]),
             "wall_ms": summary([s.wall_ms for s in samples]),
             "model_ms": summary([s.model_ms for s in samples]),
             "background_ms": summary([s.background_ms for s in samples]),
@@ -322,6 +328,7 @@ async def throughput(
         latencies: list[float] = []
         done = {conv: 1 for conv in users}
         failed = sum(not ok for ok, _ in warm)
+        cpu, embedding_cpu = time.process_time(), subject.embedding_cpu()
         started = time.perf_counter()
         deadline = started + seconds
 
@@ -338,6 +345,7 @@ async def throughput(
         replied = time.perf_counter()
         await subject.settle()
         settled = time.perf_counter()
+        cpu, embedding_cpu = time.process_time() - cpu, subject.embedding_cpu() - embedding_cpu
         log = await env.server.take()
         lost = 0
         for conv in users:
@@ -353,6 +361,9 @@ async def throughput(
             "expected_messages": 2 * sum(done.values()),
             "turns_per_s": round(total / (settled - started), 1),
             "replies_per_s": round(total / (replied - started), 1),
+            # The process's CPU over the phase, background work included, per turn.
+            "cpu_ms_per_turn": round(cpu * 1000 / max(1, total), 2),
+            "embedding_cpu_ms_per_turn": round(embedding_cpu * 1000 / max(1, total), 2),
             "latency_ms": summary(latencies),
             "model_requests": len(log),
         }

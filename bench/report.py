@@ -118,6 +118,13 @@ def overhead_table(ours: dict[str, Any], base: dict[str, Any]) -> Table:
         get(lb, "background_cpu_ms", "median"),
         ratio="-",
     )
+    t.add(
+        "embedding the turn's messages, CPU, median",
+        get(lo, "embedding_cpu_ms", "median"),
+        get(lb, "embedding_cpu_ms", "median"),
+        ratio="-",
+        target="<= 30 ms",
+    )
     return t
 
 
@@ -182,6 +189,18 @@ def load_table(ours: dict[str, Any], base: dict[str, Any]) -> Table:
         target=">= 200",
     )
     t.add("replies/s", to.get("replies_per_s"), tb.get("replies_per_s"), higher_is_better=True)
+    t.add(
+        "CPU per turn, background work included, ms",
+        to.get("cpu_ms_per_turn"),
+        tb.get("cpu_ms_per_turn"),
+    )
+    t.add(
+        "  of which embedding its messages, ms",
+        to.get("embedding_cpu_ms_per_turn"),
+        tb.get("embedding_cpu_ms_per_turn"),
+        ratio="-",
+        target="<= 30",
+    )
     t.add("turns", to.get("turns"), tb.get("turns"), ratio="")
     for q in ("median", "p95"):
         t.add(

@@ -28,6 +28,7 @@ from src.graph.main_graph import make_tools
 from src.graph.timestamps import stamp
 from src.graph.tokens import TokenCounter, count_messages
 from src.services.agent_service import Identity
+from src.services.embeddings import LocalEmbedder
 from src.services.factory import Runtime, build_runtime, make_deps
 from src.services.llm_service import make_chat_model
 
@@ -90,6 +91,9 @@ class Subject(Protocol):
     async def seed(self, conv: int, count: int) -> None:
         """Give conversation `conv` `count` earlier messages, written in bulk."""
 
+    def embedding_cpu(self) -> float:
+        """Return the CPU seconds spent so far embedding stored messages."""
+
     async def close(self) -> None:
         """Release what the subject holds (not the pool)."""
 
@@ -117,6 +121,11 @@ class Ours:
         await self.service.drain()
         if self.runtime.embeddings is not None:
             await self.runtime.embeddings.drain()
+
+    def embedding_cpu(self) -> float:
+        # The local model counts its own CPU; an endpoint's is spent elsewhere.
+        embedder = self.runtime.deps.embedder
+        return embedder.passage_cpu if isinstance(embedder, LocalEmbedder) else 0.0
 
     async def stored(self, conv: int) -> int:
         async with self.runtime.pool.connection() as conn:
@@ -277,6 +286,9 @@ class Baseline:
 
     async def settle(self) -> None:
         return None
+
+    def embedding_cpu(self) -> float:
+        return 0.0  # it has no search
 
     async def stored(self, conv: int) -> int:
         state = await self.graph.aget_state(self._config(conv))

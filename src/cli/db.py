@@ -62,7 +62,7 @@ async def _db_embed(args: argparse.Namespace, settings: Settings) -> int:
         before = await repo.counts(embedder.model)
         print(  # noqa: T201
             f"{embedder.model}: {before['embedded']} embedded, {before['pending']} pending, "
-            f"{before['other_models']} by another model"
+            f"{before['other_models']} by another model, {before['refused']} refused"
         )
         if args.status:
             return 0

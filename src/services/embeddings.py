@@ -31,12 +31,20 @@ logger = logging.getLogger(__name__)
 
 # The local model reads about 512 tokens; longer text costs more and says little more.
 MAX_EMBED_CHARS = 2000
+# A stored message is embedded from its first PASSAGE_CHARS characters (about 150
+# tokens): the local model's CPU grows with every token (about 1.1 ms each on one core),
+# a message's start says what it is about, and lexical search reads all of it.
+PASSAGE_CHARS = 600
 LOCAL_MODEL = "multilingual-e5-small"
 OPENAI_MODEL = "text-embedding-3-small"
 
 
 class EmbeddingUnavailable(RuntimeError):
     """The embedding provider cannot be used here (not installed, not configured)."""
+
+
+class RejectedInput(ValueError):
+    """The provider refused the input itself (a 4xx for it): retrying will not help."""
 
 
 def normalize(matrix: np.ndarray) -> np.ndarray:
@@ -46,8 +54,8 @@ def normalize(matrix: np.ndarray) -> np.ndarray:
     return m / np.where(norms == 0, 1.0, norms)
 
 
-def _clip(text: str) -> str:
-    return " ".join(text.split())[:MAX_EMBED_CHARS]
+def _clip(text: str, chars: int = MAX_EMBED_CHARS) -> str:
+    return " ".join(text.split())[:chars]
 
 
 class LocalEmbedder:
@@ -61,6 +69,8 @@ class LocalEmbedder:
         self.model = f"local:{LOCAL_MODEL}"
         self._engines: dict[str, Any] = {}
         self._locks = {"passage": threading.Lock(), "query": threading.Lock()}
+        self.passage_cpu = 0.0
+        """CPU seconds spent embedding stored messages (what `bench turns` reports)."""
 
     def _engine(self, kind: str) -> Any:
         if kind not in self._engines:
@@ -77,8 +87,17 @@ class LocalEmbedder:
     def _run(self, kind: str, texts: list[str]) -> np.ndarray:
         with self._locks[kind]:
             engine = self._engine(kind)
-            clipped = [_clip(t) for t in texts]
-            out = engine.query(clipped) if kind == "query" else engine.passage(clipped)
+            started = time.thread_time()
+            try:
+                if kind == "query":
+                    out = engine.query([_clip(t) for t in texts])
+                else:
+                    out = engine.passage([_clip(t, PASSAGE_CHARS) for t in texts])
+            except (ValueError, UnicodeError) as exc:  # this text, not the engine
+                raise RejectedInput(str(exc)) from exc
+            finally:
+                if kind == "passage":
+                    self.passage_cpu += time.thread_time() - started
         return normalize(out)
 
     async def passages(self, texts: list[str]) -> np.ndarray:
@@ -118,9 +137,14 @@ class OpenAIEmbedder:
         )
 
     async def passages(self, texts: list[str]) -> np.ndarray:
-        clipped = [_clip(t) or " " for t in texts]
-        async with self._recording(clipped):
-            vectors = await self._client.aembed_documents(clipped)
+        import openai
+
+        clipped = [_clip(t, PASSAGE_CHARS) or " " for t in texts]
+        try:
+            async with self._recording(clipped):
+                vectors = await self._client.aembed_documents(clipped)
+        except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:
+            raise RejectedInput(str(exc)) from exc
         return normalize(np.array(vectors, dtype=np.float32))
 
     async def query(self, text: str) -> np.ndarray:

@@ -15,30 +15,99 @@ import numpy as np
 
 from src.storage.base import Conn, Repository
 
-# Searchable messages without an embedding, oldest first, any owner.
-SELECT_PENDING = """
-SELECT id, owner_id, search_text(content) AS text FROM messages
-WHERE NOT embedded AND search_vector IS NOT NULL
-ORDER BY id LIMIT %s
+# The queue (the users' searchable messages without a vector, sql/0020), fair per
+# owner: owners with pending messages, in owner order from a cursor
+# (a skip through messages_embed_owner_pending_idx, one probe an owner, however long
+# anyone's backlog), then each one's newest pending messages. An active owner's new
+# message waits for one round of owners, never behind another owner's backlog.
+PENDING_OWNERS = """
+WITH RECURSIVE owners AS (
+    (SELECT owner_id FROM messages
+     WHERE NOT embedded AND search_vector IS NOT NULL AND role = 'user'
+       AND owner_id > %(after)s
+     ORDER BY owner_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.owner_id FROM messages m
+            WHERE NOT m.embedded AND m.search_vector IS NOT NULL AND m.role = 'user'
+              AND m.owner_id > o.owner_id
+            ORDER BY m.owner_id LIMIT 1)
+    FROM owners o WHERE o.owner_id IS NOT NULL
+)
+SELECT owner_id FROM owners WHERE owner_id IS NOT NULL LIMIT %(owners)s
 """
-UPSERT_EMBEDDING = """
-INSERT INTO message_embeddings (message_id, owner_id, model, vector) VALUES (%s, %s, %s, %s)
-ON CONFLICT (message_id) DO UPDATE SET
-    model = EXCLUDED.model, vector = EXCLUDED.vector, created_at = now()
+# Up to `limit` of them: the owners' newest first, then their second newest, and so on.
+PENDING_OF = """
+SELECT p.id, p.owner_id, search_text(p.content) AS text
+FROM unnest(%(owners)s::bigint[]) WITH ORDINALITY AS o(owner_id, n),
+LATERAL (
+    SELECT m.id, m.owner_id, m.content, row_number() OVER (ORDER BY m.id DESC) AS turn
+    FROM messages m
+    WHERE m.owner_id = o.owner_id
+      AND NOT m.embedded AND m.search_vector IS NOT NULL AND m.role = 'user'
+    ORDER BY m.id DESC LIMIT %(limit)s
+) p
+ORDER BY p.turn, o.n LIMIT %(limit)s
 """
-MARK_EMBEDDED = "UPDATE messages SET embedded = true WHERE id = ANY(%s)"
-# After EMBEDDING_MODEL changed: give a batch of other models' vectors back to the queue.
+# The vectors of the messages still there, marked embedded at once. The messages are
+# locked first (FOR KEY SHARE): one deleted meanwhile (/new, /forget) is skipped, and
+# one being deleted waits for this to commit and takes its vector with it. A vector for a
+# deleted message raised a foreign-key error that stalled the whole queue.
+STORE = """
+WITH live AS (
+    SELECT id, owner_id FROM messages WHERE id = ANY(%(ids)s) FOR KEY SHARE
+), stored AS (
+    INSERT INTO message_embeddings (message_id, owner_id, model, vector)
+    SELECT l.id, l.owner_id, %(model)s, v.vector
+    FROM unnest(%(ids)s::bigint[], %(vectors)s::bytea[]) AS v(id, vector)
+    JOIN live l ON l.id = v.id
+    ON CONFLICT (message_id) DO UPDATE SET
+        model = EXCLUDED.model, vector = EXCLUDED.vector, created_at = now()
+)
+UPDATE messages SET embedded = true WHERE id IN (SELECT id FROM live)
+"""
+# A message the provider refused: marked, and out of the queue.
+QUARANTINE = """
+WITH live AS (
+    SELECT id FROM messages WHERE id = ANY(%(ids)s) FOR KEY SHARE
+), failed AS (
+    INSERT INTO embedding_failures (message_id, model, error)
+    SELECT id, %(model)s, %(error)s FROM live
+    ON CONFLICT (message_id) DO UPDATE SET
+        model = EXCLUDED.model, error = EXCLUDED.error, created_at = now()
+)
+UPDATE messages SET embedded = true WHERE id IN (SELECT id FROM live)
+"""
+# The configured model, compared once when a worker starts: a change (or a first start)
+# asks for other models' vectors to be queued again, until none is left.
+ADOPT_MODEL = """
+INSERT INTO embedding_state AS s (model, requeue) VALUES (%(model)s, true)
+ON CONFLICT (id) DO UPDATE SET model = EXCLUDED.model, requeue = true
+    WHERE s.model <> EXCLUDED.model
+"""
+REQUEUE_WANTED = "SELECT requeue FROM embedding_state WHERE model = %s"
+REQUEUE_DONE = "UPDATE embedding_state SET requeue = false WHERE model = %s"
+# After EMBEDDING_MODEL changed: give a batch of other models' vectors (and refusals)
+# back to the queue. No index serves `model <>`: it runs only after a change.
 REQUEUE_OTHER_MODELS = """
 UPDATE messages SET embedded = false WHERE id IN (
     SELECT e.message_id FROM message_embeddings e JOIN messages m ON m.id = e.message_id
-    WHERE e.model <> %s AND m.embedded LIMIT %s
+    WHERE e.model <> %(model)s AND m.embedded AND m.role = 'user' LIMIT %(limit)s
 )
 """
+REQUEUE_REFUSED = """
+WITH refused AS (
+    DELETE FROM embedding_failures WHERE message_id IN (
+        SELECT message_id FROM embedding_failures WHERE model <> %(model)s LIMIT %(limit)s
+    ) RETURNING message_id
+)
+UPDATE messages SET embedded = false WHERE id IN (SELECT message_id FROM refused)
+"""
 COUNTS = """
-SELECT (SELECT count(*) FROM messages WHERE NOT embedded AND search_vector IS NOT NULL)
-           AS pending,
+SELECT (SELECT count(*) FROM messages
+        WHERE NOT embedded AND search_vector IS NOT NULL AND role = 'user') AS pending,
        (SELECT count(*) FROM message_embeddings WHERE model = %s) AS embedded,
-       (SELECT count(*) FROM message_embeddings WHERE model <> %s) AS other_models
+       (SELECT count(*) FROM message_embeddings WHERE model <> %s) AS other_models,
+       (SELECT count(*) FROM embedding_failures) AS refused
 """
 # One owner's newest `scan` message ids with a vector of the model, newest first: an
 # index-only scan, what a cached matrix is checked against before each search.
@@ -161,28 +230,61 @@ class EmbeddingRepository(Repository):
         super().__init__(pool)
         self._owners: OrderedDict[tuple[int, str], OwnerMatrix] = OrderedDict()
 
-    async def pending(self, limit: int, conn: Conn | None = None) -> list[Pending]:
-        """Return up to `limit` messages without an embedding, oldest first."""
+    async def pending_owners(self, after: int, limit: int, conn: Conn | None = None) -> list[int]:
+        """Return up to `limit` owners with pending messages, the first after `after`."""
         async with self._conn(conn) as c:
-            rows = await (await c.execute(SELECT_PENDING, (limit,))).fetchall()
+            cur = await c.execute(PENDING_OWNERS, {"after": after, "owners": limit})
+            return [r["owner_id"] for r in await cur.fetchall()]
+
+    async def pending(
+        self, owners: list[int], limit: int, conn: Conn | None = None
+    ) -> list[Pending]:
+        """Return up to `limit` pending messages of `owners`, taking turns: each one's
+        newest, then each one's second newest..."""
+        async with self._conn(conn) as c:
+            cur = await c.execute(PENDING_OF, {"owners": owners, "limit": limit})
+            rows = await cur.fetchall()
         return [Pending(r["id"], r["owner_id"], r["text"] or "") for r in rows]
 
     async def store(
         self, model: str, items: list[Pending], vectors: np.ndarray, conn: Conn | None = None
     ) -> None:
-        """Store the vectors of `items` made by `model` and mark them embedded, at once."""
-        params = [
-            (p.id, p.owner_id, model, to_bytes(v)) for p, v in zip(items, vectors, strict=True)
-        ]
-        async with self._conn(conn) as c, c.transaction():
-            async with c.cursor() as cur:
-                await cur.executemany(UPSERT_EMBEDDING, params)
-            await c.execute(MARK_EMBEDDED, ([p.id for p in items],))
+        """Store the vectors of `items` made by `model` and mark them embedded, at once;
+        a message deleted meanwhile is skipped."""
+        params = {
+            "model": model,
+            "ids": [p.id for p in items],
+            "vectors": [to_bytes(v) for v in vectors],
+        }
+        async with self._conn(conn) as c:
+            await c.execute(STORE, params)
+
+    async def quarantine(
+        self, model: str, items: list[Pending], error: str, conn: Conn | None = None
+    ) -> None:
+        """Mark `items` as refused by `model`'s provider: out of the queue."""
+        params = {"model": model, "ids": [p.id for p in items], "error": error}
+        async with self._conn(conn) as c:
+            await c.execute(QUARANTINE, params)
+
+    async def adopt_model(self, model: str, conn: Conn | None = None) -> bool:
+        """Record `model` as the one vectors are made by; return True while vectors of
+        another model may still be stored (after a change, or on a first start)."""
+        async with self._conn(conn) as c:
+            await c.execute(ADOPT_MODEL, {"model": model})
+            row = await (await c.execute(REQUEUE_WANTED, (model,))).fetchone()
+        return bool(row and row["requeue"])
 
     async def requeue_other_models(self, model: str, limit: int, conn: Conn | None = None) -> int:
-        """Queue up to `limit` messages embedded by another model again; return how many."""
+        """Queue up to `limit` messages embedded (or refused) under another model again;
+        return how many, and when none is left, record that the change is done."""
         async with self._conn(conn) as c:
-            return (await c.execute(REQUEUE_OTHER_MODELS, (model, limit))).rowcount
+            count = (
+                await c.execute(REQUEUE_OTHER_MODELS, {"model": model, "limit": limit})
+            ).rowcount
+            if count == 0:
+                await c.execute(REQUEUE_DONE, (model,))
+        return count
 
     async def counts(self, model: str, conn: Conn | None = None) -> dict[str, int]:
         """Return how many messages wait, have `model`'s vector, have another model's."""

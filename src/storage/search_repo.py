@@ -35,16 +35,31 @@ from src.storage.search_ranking import (
 
 # Lexical search is BM25 over the owner's own index (sql/0007_search_owner.sql): every
 # user and assistant message carries its lexemes prefixed with its owner's id, so each
-# query term reads one owner's posting list. Russian and English words are stemmed by the
-# `russian` configuration; the time stamp is not searchable text.
+# query term reads one owner's posting list. Words are stemmed (English for Latin
+# letters, Russian otherwise) with no stop words dropped, and CJK runs are indexed as
+# character bigrams (search_words(), sql/0020_recall_defects.sql); the time stamp is not
+# searchable text.
 #
-# The query's content words, each with the lexemes it stems to (stop words, Russian or
-# English, dropped).
+# The query's content words, each with the lexemes it stems to. Stop words depend on the
+# language: the query's is the one whose stop-word list covers most of its words (ties:
+# the order listed), and only that language's stop words are dropped. An
+# English or Russian stop word can be a content word elsewhere (Spanish "once", eleven).
 QUERY_TERMS = """
-SELECT w.word, array(SELECT lexeme FROM unnest(to_tsvector('russian', w.word))) AS lexemes
-FROM unnest(%s::text[]) WITH ORDINALITY AS w(word, n)
-WHERE to_tsvector('english', w.word) <> ''::tsvector
-  AND to_tsvector('russian', w.word) <> ''::tsvector
+WITH w AS (
+    SELECT w.word, lower(w.word) AS low, w.n
+    FROM unnest(%s::text[]) WITH ORDINALITY AS w(word, n)
+), lang AS (
+    SELECT l.name FROM unnest(ARRAY[
+        -- PostgreSQL's snowball dictionaries that have a stop-word list; ties: this order
+        'english', 'russian', 'danish', 'dutch', 'finnish', 'french', 'german', 'hungarian',
+        'italian', 'norwegian', 'portuguese', 'spanish', 'swedish', 'turkish'
+    ]) WITH ORDINALITY AS l(name, n)
+    JOIN w ON ts_lexize((l.name || '_stem')::regdictionary, w.low) = '{}'
+    GROUP BY l.name, l.n ORDER BY count(*) DESC, l.n LIMIT 1
+)
+SELECT w.word, array(SELECT lexeme FROM unnest(search_words(w.word))) AS lexemes
+FROM w LEFT JOIN lang ON true
+WHERE lang.name IS NULL OR ts_lexize((lang.name || '_stem')::regdictionary, w.low) <> '{}'
 ORDER BY w.n
 """
 # Document frequency per term, counted up to a cap (a term in more messages than that is
@@ -61,8 +76,13 @@ UNION ALL
 SELECT 0, coalesce(sum(next_message_number - 1), 0) FROM conversations
 WHERE telegram_user_id = %(user)s
 """
-# Candidates: up to `per_term` messages per term (all of a rare term's), with their vectors.
-CANDIDATES = """
+# Candidates: a term's newest `per_term` matching messages (all of a rare term's), with
+# their vectors. A bare LIMIT over the postings returned the OLDEST matches (they come
+# back in the table's physical order). A term matched by fewer than DF_CAP messages
+# reads its postings and keeps the newest; a more common one reads the owner's newest
+# COMMON_SCAN messages from the newest back (messages_owner_recent_idx) and stops at
+# `per_term` matches, so its cost never grows with the history.
+CANDIDATES_RARE = """
 SELECT DISTINCT c.id, c.vector, c.created_at FROM
 unnest(%(lexemes)s::text[], %(prefixes)s::bool[]) AS t(lexeme, prefix),
 LATERAL (
@@ -71,9 +91,26 @@ LATERAL (
       AND m.role = ANY(%(roles)s) AND m.id <> %(exclude)s
       AND (%(since)s::timestamptz IS NULL OR m.created_at >= %(since)s::timestamptz)
       AND (%(until)s::timestamptz IS NULL OR m.created_at < %(until)s::timestamptz)
-    LIMIT %(per_term)s
+    ORDER BY m.id DESC LIMIT %(per_term)s
 ) c
 """
+CANDIDATES_COMMON = """
+SELECT DISTINCT c.id, c.vector, c.created_at FROM
+unnest(%(lexemes)s::text[], %(prefixes)s::bool[]) AS t(lexeme, prefix),
+LATERAL (
+    SELECT m.id, m.search_vector::text AS vector, m.created_at FROM (
+        SELECT m.id, m.search_vector, m.created_at, m.role FROM messages m
+        WHERE m.owner_id = %(user)s AND m.search_vector IS NOT NULL
+        ORDER BY m.id DESC LIMIT %(scan)s
+    ) m
+    WHERE m.search_vector @@ owner_term(%(user)s, t.lexeme, t.prefix)
+      AND m.role = ANY(%(roles)s) AND m.id <> %(exclude)s
+      AND (%(since)s::timestamptz IS NULL OR m.created_at >= %(since)s::timestamptz)
+      AND (%(until)s::timestamptz IS NULL OR m.created_at < %(until)s::timestamptz)
+    ORDER BY m.id DESC LIMIT %(per_term)s
+) c
+"""
+COMMON_SCAN = 20000
 # The hits themselves, each with the next user or assistant message of its conversation
 # (a question's answer is often the next message).
 HITS = """
@@ -359,16 +396,30 @@ class SearchRepository(Repository):
         async with self.pool.connection() as c:
             cur = await c.execute(TERM_STATS, {**params, **terms, "cap": DF_CAP})
             stats_rows = await cur.fetchall()
-            cur = await c.execute(CANDIDATES, {**params, **terms, "per_term": PER_TERM})
-            candidates = list(await cur.fetchall())
-        stats = {r["n"]: int(r["df"]) for r in stats_rows}
+            stats = {r["n"]: int(r["df"]) for r in stats_rows}
+            # A message matching a rare and a common term comes back from both reads.
+            candidates: dict[int, dict[str, Any]] = {}
+            for sql, common in ((CANDIDATES_RARE, False), (CANDIDATES_COMMON, True)):
+                chosen = [
+                    n for n in range(len(lexemes)) if (stats.get(n + 1, 0) >= DF_CAP) == common
+                ]
+                if not chosen:
+                    continue
+                some = {
+                    "lexemes": [lexemes[n] for n in chosen],
+                    "prefixes": [lexemes[n] in prefixes for n in chosen],
+                }
+                cur = await c.execute(
+                    sql, {**params, **some, "per_term": PER_TERM, "scan": COMMON_SCAN}
+                )
+                candidates |= {r["id"]: r for r in await cur.fetchall()}
         total = max(stats.pop(0, 0), max(stats.values(), default=0))
         idf = {
             lexemes[n - 1]: math.log(1 + (total - df + 0.5) / (df + 0.5))
             for n, df in stats.items()
             if df
         }
-        ranked = bm25(candidates, idf, frozenset(prefixes)) if idf else []
+        ranked = bm25(list(candidates.values()), idf, frozenset(prefixes)) if idf else []
         return [row["id"] for score, row in ranked if score > 0][:FUSE_DEPTH]
 
     async def _semantic(

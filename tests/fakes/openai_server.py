@@ -85,7 +85,9 @@ be an object; `model` a string; `input` a non-empty string, or a non-empty array
 `MAX_EMBEDDING_INPUTS` (2048) inputs that are all non-empty strings, or all integers (one
 tokenized input), or all non-empty integer arrays (tokenized inputs); an empty string or
 array is "'$.input' is invalid. ..."; `encoding_format` "float" or "base64"; `dimensions`
-an integer from 1 to `embedding_dims`. A model not in `embedding_models` is answered 404
+an integer from 1 to `embedding_dims`; an input of more than `embedding_max_tokens` (8192)
+tokens (words here) is refused with 400 "This model's maximum context length is ...".
+A model not in `embedding_models` is answered 404
 `model_not_found`. Vectors are `fake_embedding(text, dims, embedding_synonyms)`, with `dims`
 the request's `dimensions` or else `embedding_dims` (64): the lower-cased text is split into
 words (`\\w+`), each word is mapped through `embedding_synonyms` (keys matched lower-cased,
@@ -104,7 +106,7 @@ with 503, before validation, until it is reset. Every embedding request body is 
 `embedding_requests`, rejected ones too (a body that is not JSON as its text); a rejected or
 "down" request consumes no embedding fault or delay. `clear()` forgets the recorded
 embedding requests and pending faults and delays; `reset()` also restores `embeddings_down`,
-`embedding_synonyms`, `embedding_dims` and `embedding_models`.
+`embedding_synonyms`, `embedding_dims`, `embedding_max_tokens` and `embedding_models`.
 
 Content parts and images: a message's content may be an array of parts, checked as OpenAI
 does: a non-empty array of objects whose `type` is "text" (with a string `text`) or
@@ -193,6 +195,8 @@ STRUCTURED_OUTPUT_MODES = {
 }
 _SCHEMA_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 DEFAULT_EMBEDDING_MODELS = ("text-embedding-3-small", "fake-embed")
+# text-embedding-3-small's context; an input over it is refused with 400.
+EMBEDDING_MAX_TOKENS = 8192
 DEFAULT_EMBEDDING_DIMS = 64
 MAX_EMBEDDING_INPUTS = 2048
 EMBEDDING_FORMATS = ("float", "base64")
@@ -410,6 +414,7 @@ class FakeOpenAI(BackgroundAiohttpServer):
         self._ids = itertools.count(1)
         self.embedding_models: list[str] = list(DEFAULT_EMBEDDING_MODELS)
         self.embedding_dims = DEFAULT_EMBEDDING_DIMS
+        self.embedding_max_tokens = EMBEDDING_MAX_TOKENS
         self.embedding_synonyms: dict[str, str] = {}
         self.embeddings_down = False
         self.embedding_requests: list[Any] = []
@@ -594,6 +599,7 @@ class FakeOpenAI(BackgroundAiohttpServer):
             self.embeddings_down = False
             self.embedding_synonyms = {}
             self.embedding_dims = DEFAULT_EMBEDDING_DIMS
+            self.embedding_max_tokens = EMBEDDING_MAX_TOKENS
             self.embedding_models = list(DEFAULT_EMBEDDING_MODELS)
             self.transcription_models = list(DEFAULT_TRANSCRIPTION_MODELS)
             self.transcription_max_bytes = MAX_TRANSCRIPTION_BYTES
@@ -718,6 +724,8 @@ class FakeOpenAI(BackgroundAiohttpServer):
             if not parsed:
                 return _error(400, "invalid JSON body", "invalid_request_error")
             rejection = embedding_rejection(body, self.embedding_models, self.embedding_dims)
+            if rejection is None:
+                rejection = too_long(body["input"], self.embedding_max_tokens)
             if rejection is not None:
                 return rejection
             delay = self._embedding_delays.popleft() if self._embedding_delays else 0.0
@@ -1313,6 +1321,20 @@ def _embedding_inputs(value: Any) -> list[str | list[int]] | None:
         return [value]
     if all(isinstance(item, list) and item and all(map(_is_token, item)) for item in value):
         return list(value)
+    return None
+
+
+def too_long(value: Any, max_tokens: int) -> web.Response | None:
+    """Return OpenAI's 400 for an input over the model's context (tokens counted as words)."""
+    for item in _embedding_inputs(value) or []:
+        tokens = max(1, len(_WORD.findall(item)) if isinstance(item, str) else len(item))
+        if tokens > max_tokens:
+            message = (
+                f"This model's maximum context length is {max_tokens} tokens, however you "
+                f"requested {tokens} tokens ({tokens} in your prompt; 0 for the completion). "
+                "Please reduce your prompt; or completion length."
+            )
+            return _error(400, message, "invalid_request_error")
     return None
 
 

@@ -252,3 +252,60 @@ async def test_a_search_never_returns_another_owners_message(
         for hit in await memory.search_messages(base + owner, " ".join(words), limit=50):
             assert owned[hit["id"]] == base + owner
             assert any(w.lower() in hit["content"].lower() for w in words)
+
+
+async def seed_many(pool: Pool, owner: int, count: int, text: str) -> None:
+    """Store `count` user messages `text N` for `owner`, a minute apart, oldest first."""
+    conv = await ConversationRepository(pool).get_or_create_conversation(owner)
+    async with pool.connection() as conn:
+        await conn.execute(
+            "INSERT INTO messages (conversation_id, number, role, content, created_at) "
+            "SELECT %s, g, 'user', %s || ' ' || g, now() - (%s - g) * interval '1 minute' "
+            "FROM generate_series(1, %s) g",
+            (conv, text, count + 1, count),
+        )
+        await conn.execute(
+            "UPDATE conversations SET next_message_number = %s WHERE id = %s", (count + 1, conv)
+        )
+
+
+@pytest.mark.parametrize("df_cap", [5000, 1000])
+async def test_a_frequent_word_finds_the_newest_messages(
+    pool: Pool, monkeypatch: Any, df_cap: int
+) -> None:
+    # 1,200 matches: more than a term's candidates (and, with df_cap 1000, a term too
+    # common to count), stored oldest first, so the index returns the oldest first.
+    monkeypatch.setattr("src.storage.search_repo.DF_CAP", df_cap)
+    await seed_many(pool, PAVEL.owner_id, 1200, "заметка про python")
+    repo = ConversationRepository(pool)
+    conv = await repo.get_or_create_conversation(PAVEL.owner_id)
+    newest = await repo.append_message(conv, "user", "заметка про python 9999")
+    found = await SearchRepository(pool).search_messages(PAVEL.owner_id, "python", limit=5)
+    assert found[0]["id"] == newest["id"]
+    assert [r["content"] for r in found[1:]] == [
+        f"заметка про python {n}" for n in (1200, 1199, 1198, 1197)
+    ]
+
+
+async def test_stop_words_are_those_of_the_querys_language(pool: Pool) -> None:
+    eleven, _twelve = await seed(
+        pool, PAVEL.owner_id, "Mi hermano cumple once años", "Mi hermano cumple doce años"
+    )
+    memory = SearchRepository(pool)
+    # Spanish ("el", "de" are its stop words): "once" is eleven, not an English stop word.
+    found = await memory.search_messages(
+        PAVEL.owner_id, "¿Cuándo cumple el hermano de Ana once años?"
+    )
+    assert found[0]["id"] == eleven["id"]
+    with pytest.raises(StopWordsOnly):  # Spanish stop words only
+        await memory.search_messages(PAVEL.owner_id, "¿y de el que?")
+
+
+async def test_a_cjk_word_inside_a_run_of_characters_is_found(pool: Pool) -> None:
+    apples, tea = await seed(pool, PAVEL.owner_id, "我昨天在超市买了三个苹果", "今天喝了绿茶")
+    memory = SearchRepository(pool)
+    assert [r["id"] for r in await memory.search_messages(PAVEL.owner_id, "苹果")] == [apples["id"]]
+    assert [r["id"] for r in await memory.search_messages(PAVEL.owner_id, "绿茶")] == [tea["id"]]
+    found = await memory.search_messages(PAVEL.owner_id, "超市 苹果")
+    assert [r["id"] for r in found] == [apples["id"]]
+    assert await memory.search_messages(PAVEL.owner_id, "香蕉") == []

@@ -81,14 +81,13 @@ async def test_embeddings_are_made_after_the_turn_never_inside_it(
     result = await rt.service.handle_message(ANNA, "I work as a nurse")
     assert result.ok and result.reply == "Noted: you are a nurse."
     await wait_for(lambda: asyncio.sleep(0, bool(llm.embedding_requests)))
-    # The one request carries the reply too: it was made after the turn stored it.
-    texts = llm.embedding_requests[0]["input"]
-    assert texts[0].endswith("I work as a nurse") and "Noted: you are a nurse." in texts
-    assert not texts[0].startswith("[")  # the time stamp is not embedded
+    # The user's message alone (the reply comes along as its neighbour), without its
+    # time stamp.
+    assert llm.embedding_requests[0]["input"] == ["I work as a nurse"]
     assert await vectors_of(pool, ANNA.owner_id) == {}
     await settle(rt)
     stored = await vectors_of(pool, ANNA.owner_id)
-    assert set(stored.values()) == {"openai:fake-embed"} and len(stored) == 2
+    assert set(stored.values()) == {"openai:fake-embed"} and len(stored) == 1
 
 
 async def test_a_paraphrase_is_found_only_through_embeddings(
@@ -123,8 +122,8 @@ async def test_a_failing_embedding_endpoint_leaves_search_working(
     assert "error" not in found.lower() and "embedding" not in found.lower()
     # The endpoint is back: what waited is embedded by the next run.
     llm.embeddings_down = False
-    assert await rt.embeddings.run_once() == 2
-    assert len(await vectors_of(pool, ANNA.owner_id)) == 2
+    assert await rt.embeddings.run_once() == 1
+    assert len(await vectors_of(pool, ANNA.owner_id)) == 1
 
 
 async def test_a_slow_query_embedding_falls_back_to_lexical(
@@ -151,7 +150,7 @@ async def test_a_new_model_re_embeds_and_search_compares_one_model(
     new = await runtime_factory(embedding_provider="openai", embedding_model="fake-embed-2")
     assert new.embeddings is not None
     repo = EmbeddingRepository(pool)
-    assert (await repo.counts("openai:fake-embed-2"))["other_models"] == 4
+    assert (await repo.counts("openai:fake-embed-2"))["other_models"] == 2
     # Until re-embedded, the old model's vectors are not compared with the new query's.
     search = SearchRepository(pool)
     query = SemanticQuery(await new.deps.embedder.query("nurse"), "openai:fake-embed-2")
@@ -161,7 +160,7 @@ async def test_a_new_model_re_embeds_and_search_compares_one_model(
         pass
     assert set((await vectors_of(pool, ANNA.owner_id)).values()) == {"openai:fake-embed-2"}
     ranks = await search.rankings(ANNA.owner_id, "nurse", semantic=query)
-    assert ranks.semantic and len(ranks.semantic) == 4
+    assert ranks.semantic and len(ranks.semantic) == 2
 
 
 def test_fusion_and_cosine_ranking() -> None:
