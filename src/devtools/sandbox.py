@@ -44,6 +44,9 @@ OWNER_ROWS: tuple[tuple[str, str], ...] = (
     ("llm_calls", "false"),
     # Budget warnings are sent by the bot after a reply, never by a replay.
     ("budget_warnings", "false"),
+    # The embedding worker runs beside the bot, not in the graph a replay runs.
+    ("embedding_state", "false"),
+    ("embedding_failures", "false"),
 )
 SCHEMA_OF = """
 SELECT n.nspname AS schema FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
