@@ -97,7 +97,9 @@ class MemoryCommands:
         )
         async with self.locks.hold(identity.owner_id):
             async with deps.conversations.pool.connection() as conn:
-                conversation = await deps.conversations.current(identity.owner_id, conn=conn)
+                conversation = await deps.conversations.current(
+                    identity.owner_id, conn=conn, topic=identity.topic_id
+                )
                 conversation_id = uuid.UUID(str(conversation["id"]))
                 if await self._stored_before(delivery, conversation_id, conn) is None:
                     await self._store(conversation_id, text, deps.clock(), delivery, media, conn)
@@ -107,7 +109,8 @@ class MemoryCommands:
     # --- commands ----------------------------------------------------------------
 
     async def new_conversation(self, identity: Identity) -> uuid.UUID:
-        """/new: compact the current session, wipe the user's conversations, start anew.
+        """/new: compact the current session, wipe the conversations of the identity's
+        topic (other topics keep theirs), start anew there.
 
         The facts not extracted yet are kept before the wipe and extracted until that
         succeeds (see src/services/pending_facts.py): a failing model loses none.
@@ -117,7 +120,9 @@ class MemoryCommands:
             identity.owner_id, identity.username, identity.first_name, identity.language_code
         )
         async with self.locks.hold(identity.owner_id):
-            old = await deps.conversations.conversation_ids(identity.owner_id)
+            old = await deps.conversations.conversation_ids(
+                identity.owner_id, topic=identity.topic_id
+            )
             if self.compactor is not None:
                 # Facts and the compact are read before the wipe; slow models finish
                 # in the background from what was read and kept.
@@ -125,7 +130,9 @@ class MemoryCommands:
                     await self.compactor.end_session(
                         identity.owner_id, conversation_id, keep_facts=True
                     )
-            new_id = await deps.conversations.create_new_conversation(identity.owner_id)
+            new_id = await deps.conversations.create_new_conversation(
+                identity.owner_id, topic=identity.topic_id
+            )
             await deps.users.set_active_messages_count(identity.owner_id, None)
             if self.checkpointer is not None:
                 for conversation_id in old:
@@ -144,7 +151,9 @@ class MemoryCommands:
             identity.owner_id, identity.username, identity.first_name, identity.language_code
         )
         async with self.locks.hold(identity.owner_id):
-            conversation_id = await deps.conversations.get_or_create_conversation(identity.owner_id)
+            conversation_id = await deps.conversations.get_or_create_conversation(
+                identity.owner_id, topic=identity.topic_id
+            )
             async with deps.conversations.pool.connection() as conn, conn.transaction():
                 await deps.users.forget(identity.owner_id, conn=conn)
                 # The forgotten part is never summarized into later context either.
@@ -165,7 +174,7 @@ class MemoryCommands:
         (with the value it replaced), past sessions."""
         deps = self.deps
         user = await deps.users.get(identity.owner_id)
-        ids = await deps.conversations.conversation_ids(identity.owner_id)
+        ids = await deps.conversations.conversation_ids(identity.owner_id, topic=identity.topic_id)
         conv = await deps.conversations.get_conversation(ids[0]) if ids else None
         stored = await deps.conversations.count_messages(ids[0]) if ids else 0
         return {
@@ -265,7 +274,7 @@ class MemoryCommands:
                 return CompressResult(reply=refusal)
             async with self.locks.hold(identity.owner_id):
                 conversation_id = await deps.conversations.get_or_create_conversation(
-                    identity.owner_id
+                    identity.owner_id, topic=identity.topic_id
                 )
                 user = await deps.users.get(identity.owner_id)
                 window = window_size(

@@ -67,6 +67,7 @@ from tests.fakes.bot_api_markup import (
     markup_problem,
     visible_text,
 )
+from tests.fakes.bot_api_topics import ForumTopics
 from tests.fakes.images import downscale_jpeg, image_info
 from tests.fakes.openai_server import BackgroundAiohttpServer
 
@@ -169,7 +170,7 @@ def _as_chat_id(value: Any) -> int | str | None:
         return value
 
 
-class FakeBotAPI(BackgroundAiohttpServer):
+class FakeBotAPI(ForumTopics, BackgroundAiohttpServer):
     """A scripted, thread-safe Telegram Bot API; see the module docstring."""
 
     def __init__(
@@ -225,6 +226,7 @@ class FakeBotAPI(BackgroundAiohttpServer):
         self._query_ids = itertools.count(1)
         self._changed = threading.Condition(self._lock)
         self._wakeup: asyncio.Event | None = None
+        self._init_topics()  # forum supergroups, private chats with topics
 
     @property
     def base_url(self) -> str:
@@ -348,6 +350,7 @@ class FakeBotAPI(BackgroundAiohttpServer):
             self.webhook_url = ""
             self.commands.clear()
             self.files.clear()
+            self._reset_topics()
             self.download_limit = DOWNLOAD_LIMIT
             self._members.clear()
 
@@ -433,8 +436,9 @@ class FakeBotAPI(BackgroundAiohttpServer):
         reply_to_bot: bool = False,
         title: str = "Test group",
         new_id: bool = True,
+        topic: int | None = None,
     ) -> dict[str, Any]:
-        """Build the common part of a user message."""
+        """Build the common part of a user message (`topic`: in that topic of the chat)."""
         user = self._user(user_id, first_name, username, language_code)
         if chat_type == "private":
             chat = {"id": user_id if chat_id is None else chat_id, "type": "private"}
@@ -444,6 +448,7 @@ class FakeBotAPI(BackgroundAiohttpServer):
             if chat_id >= 0:
                 raise ValueError("group chats need a negative chat_id")
             chat = {"id": chat_id, "type": chat_type, "title": title}
+            self._topic_chat(chat)
         with self._lock:
             self._chats[chat["id"]] = chat
             self._users[user_id] = user
@@ -456,6 +461,7 @@ class FakeBotAPI(BackgroundAiohttpServer):
         message = {"message_id": message_id, "date": int(time.time()), "chat": chat, "from": user}
         if reply_to_bot:
             message["reply_to_message"] = self._bot_message(chat, "previous bot message")
+        self._topic_fields(message, topic)
         return message
 
     @staticmethod
@@ -837,6 +843,8 @@ class FakeBotAPI(BackgroundAiohttpServer):
         return stored.fields() | {"file_path": stored.file_path}
 
     async def _m_sendchataction(self, params: dict[str, Any]) -> Any:
+        if error := self.thread_problem(_as_chat_id(params.get("chat_id")), params):
+            return error
         record = {"chat_id": _as_chat_id(params.get("chat_id")), "action": params.get("action")}
         with self._changed:
             self.actions.append(record | {"time": time.time()})
@@ -884,9 +892,12 @@ class FakeBotAPI(BackgroundAiohttpServer):
         markup = params.get("reply_markup")
         if markup is not None and (problem := markup_problem(markup, inline_only=False)):
             return _fail(400, problem)
+        if error := self.thread_problem(chat_id, params):
+            return error
         parse_mode = params.get("parse_mode")
         chat = self._chat(chat_id)
         message = self._bot_message(chat, text, field, inline_markup(markup), parse_mode)
+        self._in_thread(message, params)
         self._record(method, chat_id, text, params, message["message_id"])
         return message | (media or {})
 
@@ -1007,6 +1018,8 @@ class FakeBotAPI(BackgroundAiohttpServer):
             return _fail(400, "Bad Request: chat_id is empty")
         if self._chat(chat_id)["type"] != "private":
             return _fail(400, "Bad Request: TEXTDRAFT_PEER_INVALID")
+        if error := self.thread_problem(chat_id, params):
+            return error
         draft_id = _int(params.get("draft_id"))
         if not draft_id:
             return _fail(400, "Bad Request: RANDOM_ID_INVALID")
