@@ -37,17 +37,20 @@ DELETE_TOPIC_CONVERSATIONS = (
 )
 # One statement: the row lock on the conversation serializes concurrent appends, so
 # numbers are unique and gapless (seed 003 variant 1) at one round trip per message.
-# After /forget, seed 000's window counts every stored message (an unanswered one, a
+# After /forget, seed 000's window counts every stored message (the owner's count in
+# General and chats without topics, the conversation's own in a topic: 0026) (an unanswered one, a
 # document kept to ask about later, a reminder), not only answered turns.
 APPEND_MESSAGE = """
 WITH n AS (
     UPDATE conversations
-    SET next_message_number = next_message_number + 1, last_message_at = clock_timestamp()
+    SET next_message_number = next_message_number + 1, last_message_at = clock_timestamp(),
+        active_messages_count = active_messages_count + 1
     WHERE id = %s
-    RETURNING id, telegram_user_id, next_message_number - 1 AS number, last_message_at
+    RETURNING id, telegram_user_id, topic_id, next_message_number - 1 AS number,
+        last_message_at
 ), counted AS (
     UPDATE users SET active_messages_count = active_messages_count + 1
-    FROM n WHERE users.telegram_user_id = n.telegram_user_id
+    FROM n WHERE users.telegram_user_id = n.telegram_user_id AND n.topic_id = 0
       AND users.active_messages_count IS NOT NULL
 )
 INSERT INTO messages (conversation_id, number, role, content, meta, facts_extracted, created_at)
@@ -93,6 +96,10 @@ UPDATE conversations SET summary = %s WHERE id = %s AND summary = %s RETURNING i
 MARK_UNSUMMARIZED_SUMMARIZED = """
 UPDATE messages SET summarized = true
 WHERE conversation_id = %s AND id = ANY(%s) AND NOT summarized AND squashed_at IS NULL
+"""
+# /forget in a topic: its window starts afresh (in General the owner's count does, users_repo).
+FORGET_TOPIC_WINDOW = """
+UPDATE conversations SET active_messages_count = 0 WHERE id = %s AND topic_id <> 0
 """
 # /forget: everything stored so far stays out of the summary for good.
 MARK_ALL_SUMMARIZED = """
@@ -341,6 +348,7 @@ class ConversationRepository(Repository):
         async with self._conn(conn) as c, c.transaction():
             await c.execute(SET_SUMMARY, ("", conversation_id))
             await c.execute(MARK_ALL_SUMMARIZED, (conversation_id,))
+            await c.execute(FORGET_TOPIC_WINDOW, (conversation_id,))
 
     async def mark_facts_extracted(
         self, conversation_id: uuid.UUID, message_ids: list[int], conn: Conn | None = None

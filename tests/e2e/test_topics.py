@@ -7,6 +7,7 @@ What one topic said must never reach a model request of another topic.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from src.bot.live import STOP_DATA
@@ -143,3 +144,66 @@ async def test_the_stop_button_lands_in_the_topic_and_stops_its_answer(
     await until(lambda: bool(tg.callback_answers))
     assert tg.callback_answers[-1]["text"] == t("stopped", "ru")
     await until(lambda: any("⏹" in m["text"] for m in tg.messages_to(FORUM)), 20)
+
+
+async def test_forget_in_a_topic_leaves_the_other_topics_windows(
+    start_bot: Any, tg: FakeBotAPI, llm: Any
+) -> None:
+    await start_bot()
+    tg.open_forum(FORUM)
+    tg.set_chat_admins(FORUM, ANN)
+    cats, trips = tg.create_topic(FORUM, "Cats"), tg.create_topic(FORUM, "Trips")
+    llm.script_for(CHAT_MODEL, "Мурка.", "Казань.", "Едем в Казань.", "Не помню.")
+    await ask(tg, ANN, f"{BOT} мою кошку зовут Мурка", FORUM, **IN_FORUM, topic=cats)
+    await ask(tg, ANN, f"{BOT} едем в Казань", FORUM, **IN_FORUM, topic=trips)
+    reply = await ask(tg, ANN, "/forget", FORUM, **IN_FORUM, topic=cats)
+    assert reply["text"] == t("forget", "ru") and thread_of(reply) == cats
+    await ask(tg, ANN, f"{BOT} куда едем?", FORUM, **IN_FORUM, topic=trips)
+    assert "едем в Казань" in requests_text(llm)[-1]  # Trips' window is whole
+    await ask(tg, ANN, f"{BOT} как зовут кошку?", FORUM, **IN_FORUM, topic=cats)
+    assert "Мурка" not in requests_text(llm)[-1]  # Cats forgot it
+
+
+async def test_a_closed_topic_ends_its_session_with_a_compact(
+    start_bot: Any, tg: FakeBotAPI, llm: Any, pool: Any
+) -> None:
+    await start_bot()
+    tg.open_forum(FORUM)
+    cats, trips = tg.create_topic(FORUM, "Cats"), tg.create_topic(FORUM, "Trips")
+    llm.script_for(CHAT_MODEL, "Мурка.", "Казань.")
+    await ask(tg, ANN, f"{BOT} мою кошку зовут Мурка", FORUM, **IN_FORUM, topic=cats)
+    await ask(tg, ANN, f"{BOT} едем в Казань", FORUM, **IN_FORUM, topic=trips)
+    tg.push_topic_event(ANN, FORUM, cats, "forum_topic_closed")
+
+    async def compacted() -> dict[int, int]:
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT topic_id, count(*) AS n FROM session_compacts"
+                " WHERE telegram_user_id = %s GROUP BY topic_id",
+                (FORUM,),
+            )
+            return {row["topic_id"]: row["n"] for row in await cur.fetchall()}
+
+    deadline = asyncio.get_running_loop().time() + 30
+    while cats not in await compacted():
+        assert asyncio.get_running_loop().time() < deadline, "no compact of the closed topic"
+        await asyncio.sleep(0.05)
+    assert await compacted() == {cats: 1}  # Trips' session goes on
+    assert len(tg.messages_to(FORUM)) == 2  # the closing is not answered
+
+
+async def test_new_topic_creates_a_private_topic_where_the_chat_allows_it(
+    start_bot: Any, tg: FakeBotAPI, llm: Any, pool: Any
+) -> None:
+    await start_bot()
+    reply = await ask(tg, ANN, "/new topic Отпуск", ANN)
+    assert reply["text"] == t("new_topic_failed", "ru") and tg.created_topics == []
+    tg.private_topics = True
+    reply = await ask(tg, ANN, "/new topic Отпуск", ANN)
+    [created] = tg.created_topics
+    assert created["name"] == "Отпуск" and thread_of(reply) == created["message_thread_id"]
+    assert reply["text"] == t("new_topic", "ru", name="Отпуск")
+    llm.script_for(CHAT_MODEL, "Хорошего отпуска!")
+    topic = created["message_thread_id"]
+    reply = await ask(tg, ANN, "едем на море", ANN, topic=topic)
+    assert thread_of(reply) == topic and topic in await conversations(pool, ANN)
