@@ -84,15 +84,24 @@ def is_addressed(message: Message, username: str, bot_id: int) -> bool:
     return _mentions_bot(message, username, bot_id)
 
 
+def topic_of(message: Message) -> int:
+    """Return the topic whose conversation the message belongs to: its thread in a forum
+    or a private chat with topics, 0 for the General topic and chats without topics (a
+    reply thread of an ordinary group is no topic)."""
+    return (message.message_thread_id or 0) if message.is_topic_message else 0
+
+
 def identity_of(message: Message) -> Identity:
-    """Return whose memory the message uses: the user in private, the chat in groups."""
+    """Return whose memory the message uses: the user in private, the chat in groups,
+    in the message's topic."""
     user = message.from_user
     language = user.language_code if user else None
+    topic = topic_of(message)
     if is_private(message) and user is not None:
-        return Identity(user.id, user.username, user.first_name, language, user.id)
+        return Identity(user.id, user.username, user.first_name, language, user.id, topic)
     chat = message.chat
     sender = user.id if user is not None else None
-    return Identity(chat.id, chat.username, chat.title, language, sender)
+    return Identity(chat.id, chat.username, chat.title, language, sender, topic)
 
 
 def author_name(message: Message) -> str:

@@ -15,7 +15,7 @@ from telegram import (
     User,
 )
 from telegram.constants import ChatType
-from telegram.error import TelegramError
+from telegram.error import BadRequest, TelegramError
 from telegram.ext import ApplicationHandlerStop, ContextTypes
 
 from src.bot.chats import identity_of, is_anonymous_admin, is_private
@@ -86,8 +86,12 @@ async def cmd_help(update: Update, context: Context) -> None:
 
 
 async def cmd_new(update: Update, context: Context) -> None:
-    """/new: wipe the conversation and start over (seed 004)."""
+    """/new: wipe the conversation and start over (seed 004); `/new topic NAME` in a
+    private chat: a new topic, a conversation of its own."""
     message, state = message_of(update), state_of(context)
+    if context.args and context.args[0].lower() == "topic" and is_private(message):
+        await new_topic(message, context, " ".join(context.args[1:]))
+        return
     async with state.order.hold(message.chat_id):
         if not await may_change_memory(message, context):
             return
@@ -95,6 +99,19 @@ async def cmd_new(update: Update, context: Context) -> None:
             # Compacting the old session may take a model call: "typing..." meanwhile.
             await state.service.new_conversation(identity_of(message))
             await say(message, t("new", lang_of_message(message)))
+
+
+async def new_topic(message: Message, context: Context, name: str) -> None:
+    """Create a topic in a private chat with topics (createForumTopic) and greet in it."""
+    lang = lang_of_message(message)
+    try:
+        topic = await context.bot.create_forum_topic(message.chat_id, name.strip()[:128] or "…")
+    except BadRequest as exc:
+        logger.info("no topic in chat %s: %s", message.chat_id, exc.message)
+        await say(message, t("new_topic_failed", lang))
+        return
+    text = t("new_topic", lang, name=topic.name)
+    await context.bot.send_message(message.chat_id, text, message_thread_id=topic.message_thread_id)
 
 
 async def cmd_forget(update: Update, context: Context) -> None:

@@ -82,6 +82,8 @@ def admission(update: object, bot: Bot, state: BotState, *, count: bool = True) 
     if not isinstance(update, Update) or update.message is None:
         return IGNORE
     message = update.message
+    if message.forum_topic_closed is not None:
+        return topic_closed(message, state)
     if message.from_user is None or filters.StatusUpdate.ALL.check_update(update):
         return IGNORE
     # Other bots are ignored (no bot-to-bot loops), except a group's anonymous admin.
@@ -99,6 +101,15 @@ def admission(update: object, bot: Bot, state: BotState, *, count: bool = True) 
         if state.limiter.should_notify(user.id):
             logger.info("user %s is over the rate limit", user.id)
             return Verdict(False, t("rate_limited", lang))
+        return IGNORE
+    return ACCEPT
+
+
+def topic_closed(message: Message, state: BotState) -> Verdict:
+    """Admit a topic's closing in a chat the bot serves (its session ends); nothing is
+    said and no one's rate limit is spent."""
+    user = message.from_user
+    if user is None or not state.access.allows(user.id, message.chat.id):
         return IGNORE
     return ACCEPT
 
@@ -292,6 +303,13 @@ async def answer(
         await say(message, sentence)
 
 
+async def on_topic_closed(update: Update, context: Context) -> None:
+    """A topic was closed: its session ends now (compacted), not after the idle time."""
+    message, state = message_of(update), state_of(context)
+    async with state.order.hold(message.chat_id):
+        await state.service.end_topic_session(identity_of(message))
+
+
 async def on_other(update: Update, context: Context) -> None:
     """Stickers, videos, locations...: say what is understood."""
     message = message_of(update)
@@ -339,6 +357,7 @@ def register(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
     for name, callback in COMMANDS.items():
         app.add_handler(CommandHandler(name, callback))
     app.add_handler(MessageHandler(filters.COMMAND, cmd_unknown))
+    app.add_handler(MessageHandler(filters.StatusUpdate.FORUM_TOPIC_CLOSED, on_topic_closed))
     app.add_handler(MessageHandler(MEDIA, on_media))
     app.add_handler(MessageHandler(filters.TEXT | filters.CAPTION, on_text))
     app.add_handler(MessageHandler(~filters.StatusUpdate.ALL, on_other))

@@ -42,6 +42,27 @@ KEYS_SHOWN = 50
 
 State = Annotated[dict[str, Any], InjectedState]
 FactType = Literal["fact", "preference", "hypothesis", "constraint"]
+Scope = Literal["topic", "chat"]
+# Said with what a search or a recall in the current topic found, when the chat has other
+# topics: the wider search is the model's explicit choice, never silent.
+TOPIC_SCOPE_NOTE = (
+    "(Searched this topic of the chat only; its other topics were not searched. "
+    'Call again with scope="chat" to search all of them.)\n'
+)
+
+
+async def topic_scope(
+    deps: GraphDeps, state: dict[str, Any], scope: Scope
+) -> tuple[list[uuid.UUID] | None, bool]:
+    """Return the conversations a search in `scope` covers (None: all the owner's, the
+    chat's) and whether the chat has conversations outside them (other topics)."""
+    if scope == "chat" or not state.get("conversation_id"):
+        return None, False
+    owner = state["user_id"]
+    row = await deps.conversations.get_conversation(uuid.UUID(str(state["conversation_id"])))
+    topic = int(row["topic_id"]) if row is not None else 0
+    inside = await deps.conversations.conversation_ids(owner, topic=topic)
+    return inside, len(await deps.conversations.conversation_ids(owner)) > len(inside)
 
 
 def format_compacts(rows: list[dict[str, Any]], deps: GraphDeps) -> str:
@@ -116,14 +137,24 @@ def make_memory_tools(deps: GraphDeps) -> list[BaseTool]:
     @tool
     async def recall_previous_conversations(
         state: Annotated[dict[str, Any], InjectedState],
+        scope: Scope = "topic",
     ) -> str:
         """Recall short summaries of the user's previous conversations with you: when,
         what about, topics and the last thing done.
 
         Use it when the user asks what you talked about before, or refers to an earlier
-        conversation that is not in the current one."""
-        rows = await deps.memory.list_compacts(state["user_id"], deps.settings.max_compacts)
-        return format_compacts(rows, deps)
+        conversation that is not in the current one.
+
+        Args:
+            scope: "topic" (default): the current topic of the chat only; "chat": every
+                topic of this chat.
+        """
+        inside, narrowed = await topic_scope(deps, state, scope)
+        current = uuid.UUID(str(state["conversation_id"])) if inside is not None else None
+        rows = await deps.memory.list_compacts(
+            state["user_id"], deps.settings.max_compacts, conversation_id=current
+        )
+        return (TOPIC_SCOPE_NOTE if narrowed else "") + format_compacts(rows, deps)
 
     @tool
     async def search_history(
@@ -133,6 +164,7 @@ def make_memory_tools(deps: GraphDeps) -> list[BaseTool]:
         since: str | None = None,
         until: str | None = None,
         role: Literal["user", "assistant"] | None = None,
+        scope: Scope = "topic",
     ) -> str:
         """Search everything the user and you said in stored conversations, including
         parts that are no longer in your context, and return matching messages with
@@ -147,10 +179,13 @@ def make_memory_tools(deps: GraphDeps) -> list[BaseTool]:
             since: only messages from this day on, YYYY-MM-DD in the user's time zone.
             until: only messages up to this day, inclusive, YYYY-MM-DD.
             role: only the user's messages ("user") or only yours ("assistant").
+            scope: "topic" (default): the current topic of the chat only; "chat": every
+                topic of this chat (only when the user asks about another topic).
         """
         if not query.strip():
             return "The query is empty: say what to look for."
         zone = deps.settings.zone
+        inside, narrowed = await topic_scope(deps, state, scope)
         try:
             rows = await deps.search.search_messages(
                 state["user_id"],
@@ -161,13 +196,14 @@ def make_memory_tools(deps: GraphDeps) -> list[BaseTool]:
                 until=local_day(until, zone, end=True),
                 role=role,
                 semantic=semantic_query(deps),
+                scope=inside,
             )
         except StopWordsOnly:
             return (
                 f"The query {query!r} has only common words, which match everything. "
                 "Search for something specific: a name, a place, a thing, a number."
             )
-        return format_found(rows, query, deps)
+        return (TOPIC_SCOPE_NOTE if narrowed else "") + format_found(rows, query, deps)
 
     return [recall_previous_conversations, search_history]
 

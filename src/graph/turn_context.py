@@ -27,7 +27,7 @@ from src.graph.conversation_state import ConversationState
 from src.graph.deps import GraphDeps
 from src.graph.memory.errors import log_failure
 from src.graph.memory.summarizer import fold_before, summary_limits, window_rule
-from src.graph.memory.window import LAG_FACTOR, carried, due, window_size
+from src.graph.memory.window import LAG_FACTOR, carried, due, window_count, window_size
 from src.storage.turn_reads import read_turn
 
 logger = logging.getLogger(__name__)
@@ -144,7 +144,7 @@ class TurnContext:
                 compacts=settings.compacts_in_prompt,
             )
         user, current = reads.user, state.get("input_message_id")
-        count = user["active_messages_count"] if user else None
+        count = window_count(user, reads.conversation)
         # Seed 000 counts the window before the current message is stored; storing it
         # counted it already.
         size = window_size(None if count is None else count - 1, settings.max_context)

@@ -138,6 +138,7 @@ class AgentService(MemoryCommands):
                 language_code=lang,
                 update_id=delivery.update_id if delivery is not None else None,
                 checkpoints=isinstance(self.graph.checkpointer, PooledPostgresSaver),
+                topic=identity.topic_id,
             )
             async with self.locks.hold(identity.owner_id, along) as start:
                 assert start is not None
@@ -186,7 +187,7 @@ class AgentService(MemoryCommands):
         # One checkout for all: each costs the pool's connection check.
         async with deps.conversations.pool.connection() as conn:
             conversation = start.conversation or await deps.conversations.current(
-                identity.owner_id, conn=conn
+                identity.owner_id, conn=conn, topic=identity.topic_id
             )
             conversation_id = uuid.UUID(str(conversation["id"]))
             row = await self._stored_message(conversation_id, start.stored_message_id, conn)

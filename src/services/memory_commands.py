@@ -15,7 +15,7 @@ from src.config import Settings
 from src.graph.deps import GraphDeps
 from src.graph.frs.compress import build_compress_graph, run_compression
 from src.graph.memory.fact_keys import find_key
-from src.graph.memory.window import window_size
+from src.graph.memory.window import window_count, window_size
 from src.services.embedding_worker import EmbeddingWorker
 from src.services.erasure import MemoryEraser
 from src.services.export import ExportFile, MemoryExport
@@ -97,7 +97,9 @@ class MemoryCommands:
         )
         async with self.locks.hold(identity.owner_id):
             async with deps.conversations.pool.connection() as conn:
-                conversation = await deps.conversations.current(identity.owner_id, conn=conn)
+                conversation = await deps.conversations.current(
+                    identity.owner_id, conn=conn, topic=identity.topic_id
+                )
                 conversation_id = uuid.UUID(str(conversation["id"]))
                 if await self._stored_before(delivery, conversation_id, conn) is None:
                     await self._store(conversation_id, text, deps.clock(), delivery, media, conn)
@@ -107,7 +109,8 @@ class MemoryCommands:
     # --- commands ----------------------------------------------------------------
 
     async def new_conversation(self, identity: Identity) -> uuid.UUID:
-        """/new: compact the current session, wipe the user's conversations, start anew.
+        """/new: compact the current session, wipe the conversations of the identity's
+        topic (other topics keep theirs), start anew there.
 
         The facts not extracted yet are kept before the wipe and extracted until that
         succeeds (see src/services/pending_facts.py): a failing model loses none.
@@ -117,7 +120,9 @@ class MemoryCommands:
             identity.owner_id, identity.username, identity.first_name, identity.language_code
         )
         async with self.locks.hold(identity.owner_id):
-            old = await deps.conversations.conversation_ids(identity.owner_id)
+            old = await deps.conversations.conversation_ids(
+                identity.owner_id, topic=identity.topic_id
+            )
             if self.compactor is not None:
                 # Facts and the compact are read before the wipe; slow models finish
                 # in the background from what was read and kept.
@@ -125,12 +130,33 @@ class MemoryCommands:
                     await self.compactor.end_session(
                         identity.owner_id, conversation_id, keep_facts=True
                     )
-            new_id = await deps.conversations.create_new_conversation(identity.owner_id)
-            await deps.users.set_active_messages_count(identity.owner_id, None)
+            new_id = await deps.conversations.create_new_conversation(
+                identity.owner_id, topic=identity.topic_id
+            )
+            if not identity.topic_id:  # a topic's new conversation starts with its own
+                await deps.users.set_active_messages_count(identity.owner_id, None)
             if self.checkpointer is not None:
                 for conversation_id in old:
                     await self.checkpointer.adelete_thread(str(conversation_id))
         return new_id
+
+    async def end_topic_session(self, identity: Identity) -> int:
+        """A topic was closed: end its session now (facts, compact), keeping the
+        conversation (a reopened topic continues it); return how many sessions ended."""
+        if self.compactor is None or not identity.topic_id:
+            return 0
+        conversations, ended = self.deps.conversations, 0
+        async with self.locks.hold(identity.owner_id):
+            for conversation_id in await conversations.conversation_ids(
+                identity.owner_id, topic=identity.topic_id
+            ):
+                row = await conversations.get_conversation(conversation_id) or {}
+                last, compacted = row.get("last_message_at"), row.get("ended_at")
+                if last is None or (compacted is not None and compacted >= last):
+                    continue  # nothing said, or its session is compacted already
+                await self.compactor.end_session(identity.owner_id, conversation_id, until=last)
+                ended += 1
+        return ended
 
     async def forget(self, identity: Identity) -> None:
         """/forget: empty context from now on, history kept, reminders off (seed 000).
@@ -144,9 +170,14 @@ class MemoryCommands:
             identity.owner_id, identity.username, identity.first_name, identity.language_code
         )
         async with self.locks.hold(identity.owner_id):
-            conversation_id = await deps.conversations.get_or_create_conversation(identity.owner_id)
+            conversation_id = await deps.conversations.get_or_create_conversation(
+                identity.owner_id, topic=identity.topic_id
+            )
             async with deps.conversations.pool.connection() as conn, conn.transaction():
-                await deps.users.forget(identity.owner_id, conn=conn)
+                if identity.topic_id:  # the topic's window only (forget_summary)
+                    await deps.users.set_reminders(identity.owner_id, False, conn=conn)
+                else:
+                    await deps.users.forget(identity.owner_id, conn=conn)
                 # The forgotten part is never summarized into later context either.
                 await deps.conversations.forget_summary(conversation_id, conn=conn)
                 await deps.conversations.skip_facts(conversation_id, conn=conn)
@@ -165,13 +196,11 @@ class MemoryCommands:
         (with the value it replaced), past sessions."""
         deps = self.deps
         user = await deps.users.get(identity.owner_id)
-        ids = await deps.conversations.conversation_ids(identity.owner_id)
+        ids = await deps.conversations.conversation_ids(identity.owner_id, topic=identity.topic_id)
         conv = await deps.conversations.get_conversation(ids[0]) if ids else None
         stored = await deps.conversations.count_messages(ids[0]) if ids else 0
         return {
-            "window": window_size(
-                user["active_messages_count"] if user else None, self.settings.max_context
-            ),
+            "window": window_size(window_count(user, conv), self.settings.max_context),
             "stored_messages": stored,
             "summary": conv["summary"] if conv else "",
             "facts": await deps.memory.facts_with_previous(identity.owner_id),
@@ -265,12 +294,11 @@ class MemoryCommands:
                 return CompressResult(reply=refusal)
             async with self.locks.hold(identity.owner_id):
                 conversation_id = await deps.conversations.get_or_create_conversation(
-                    identity.owner_id
+                    identity.owner_id, topic=identity.topic_id
                 )
                 user = await deps.users.get(identity.owner_id)
-                window = window_size(
-                    user["active_messages_count"] if user else None, self.settings.max_context
-                )
+                conversation = await deps.conversations.get_conversation(conversation_id)
+                window = window_size(window_count(user, conversation), self.settings.max_context)
                 # The window as a turn shows it (the summary folds ahead, so its older
                 # part may be in the summary too: a squash of that part stays summarized).
                 rows = await deps.conversations.load_last_messages(conversation_id, window)

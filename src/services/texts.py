@@ -28,6 +28,8 @@ TEXTS: dict[str, dict[str, str]] = {
             "В группе /new, /forget, /memory clear и /compress — только для её администраторов."
         ),
         "new": "Начали новый разговор. Предыдущий стёрт.",
+        "new_topic": "Новая тема «{name}»: здесь свой разговор, другие темы не тронуты.",
+        "new_topic_failed": "Тему создать не получилось: в этом чате темы выключены.",
         "forget": "Готово: начинаем с чистого листа. История сохранена, напоминания выключены.",
         "muted": "Напоминания выключены: сам я писать не буду. /mute — включить снова.",
         "unmuted": "Напоминания включены: если вы надолго пропадёте, я напомню о себе. "
@@ -234,6 +236,8 @@ TEXTS: dict[str, dict[str, str]] = {
             "In a group, /new, /forget, /memory clear and /compress are for its administrators."
         ),
         "new": "Started a new conversation. The previous one is erased.",
+        "new_topic": "New topic “{name}”: a conversation of its own; other topics are untouched.",
+        "new_topic_failed": "Could not create the topic: topics are off in this chat.",
         "forget": "Done: a clean slate. Your history is kept, reminders are off.",
         "muted": "Reminders are off: I won't write first. /mute turns them back on.",
         "unmuted": "Reminders are on: if you go quiet for a while, I'll remind you of myself. "

@@ -21,6 +21,9 @@ class Identity:
     language_code: str | None = None
     sender_id: int | None = None
     """Who wrote the message (in groups not the owner): an admin spends without budget."""
+    topic_id: int = 0
+    """The topic whose conversation the turn uses: a forum topic's or a private chat
+    topic's `message_thread_id`; 0 for the General topic and chats without topics."""
 
 
 @dataclass

@@ -113,7 +113,7 @@ SELECT_LATEST_ID = "SELECT checkpoint_id FROM checkpoints " + LATEST_WHERE
 SELECT_OWNERS_LATEST_ID = """
 SELECT checkpoint_id FROM checkpoints
 WHERE thread_id = (
-    SELECT id::text FROM conversations WHERE telegram_user_id = %s
+    SELECT id::text FROM conversations WHERE telegram_user_id = %s AND topic_id = %s
     ORDER BY created_at DESC, id DESC LIMIT 1
 ) AND checkpoint_ns = '' ORDER BY checkpoint_id DESC LIMIT 1
 """

@@ -16,28 +16,41 @@ from src.storage.epochs import MemoryEpoch, still_holds
 
 ROLES = frozenset({"user", "assistant", "tool", "system"})
 
+# An owner's current conversation in one topic (0: General, or a chat without topics).
 SELECT_LATEST_CONVERSATION = """
-SELECT id, last_message_at, ended_at FROM conversations WHERE telegram_user_id = %s
+SELECT id, last_message_at, ended_at FROM conversations
+WHERE telegram_user_id = %s AND topic_id = %s
 ORDER BY created_at DESC, id DESC LIMIT 1
 """
-INSERT_CONVERSATION = "INSERT INTO conversations (id, telegram_user_id) VALUES (%s, %s)"
+INSERT_CONVERSATION = (
+    "INSERT INTO conversations (id, telegram_user_id, topic_id) VALUES (%s, %s, %s)"
+)
 LOCK_USER = "SELECT pg_advisory_xact_lock(hashtextextended('tgagent-user:' || %s::text, 0))"
 SELECT_CONVERSATION = "SELECT * FROM conversations WHERE id = %s"
 SELECT_USER_CONVERSATION_IDS = "SELECT id FROM conversations WHERE telegram_user_id = %s"
-DELETE_USER_CONVERSATIONS = "DELETE FROM conversations WHERE telegram_user_id = %s"
+SELECT_TOPIC_CONVERSATION_IDS = """
+SELECT id FROM conversations WHERE telegram_user_id = %s AND topic_id = %s
+ORDER BY created_at DESC, id DESC
+"""
+DELETE_TOPIC_CONVERSATIONS = (
+    "DELETE FROM conversations WHERE telegram_user_id = %s AND topic_id = %s"
+)
 # One statement: the row lock on the conversation serializes concurrent appends, so
 # numbers are unique and gapless (seed 003 variant 1) at one round trip per message.
-# After /forget, seed 000's window counts every stored message (an unanswered one, a
+# After /forget, seed 000's window counts every stored message (the owner's count in
+# General and chats without topics, the conversation's own in a topic: 0026) (an unanswered one, a
 # document kept to ask about later, a reminder), not only answered turns.
 APPEND_MESSAGE = """
 WITH n AS (
     UPDATE conversations
-    SET next_message_number = next_message_number + 1, last_message_at = clock_timestamp()
+    SET next_message_number = next_message_number + 1, last_message_at = clock_timestamp(),
+        active_messages_count = active_messages_count + 1
     WHERE id = %s
-    RETURNING id, telegram_user_id, next_message_number - 1 AS number, last_message_at
+    RETURNING id, telegram_user_id, topic_id, next_message_number - 1 AS number,
+        last_message_at
 ), counted AS (
     UPDATE users SET active_messages_count = active_messages_count + 1
-    FROM n WHERE users.telegram_user_id = n.telegram_user_id
+    FROM n WHERE users.telegram_user_id = n.telegram_user_id AND n.topic_id = 0
       AND users.active_messages_count IS NOT NULL
 )
 INSERT INTO messages (conversation_id, number, role, content, meta, facts_extracted, created_at)
@@ -83,6 +96,10 @@ UPDATE conversations SET summary = %s WHERE id = %s AND summary = %s RETURNING i
 MARK_UNSUMMARIZED_SUMMARIZED = """
 UPDATE messages SET summarized = true
 WHERE conversation_id = %s AND id = ANY(%s) AND NOT summarized AND squashed_at IS NULL
+"""
+# /forget in a topic: its window starts afresh (in General the owner's count does, users_repo).
+FORGET_TOPIC_WINDOW = """
+UPDATE conversations SET active_messages_count = 0 WHERE id = %s AND topic_id <> 0
 """
 # /forget: everything stored so far stays out of the summary for good.
 MARK_ALL_SUMMARIZED = """
@@ -143,31 +160,33 @@ class ConversationRepository(Repository):
         self.max_storage = max_storage
 
     async def get_or_create_conversation(
-        self, telegram_user_id: int, conn: Conn | None = None
+        self, telegram_user_id: int, conn: Conn | None = None, topic: int = 0
     ) -> uuid.UUID:
-        """Return the user's latest conversation, creating one if there is none."""
-        return uuid.UUID(str((await self.current(telegram_user_id, conn))["id"]))
+        """Return the user's latest conversation in `topic`, creating one if there is none."""
+        return uuid.UUID(str((await self.current(telegram_user_id, conn, topic))["id"]))
 
-    async def current(self, telegram_user_id: int, conn: Conn | None = None) -> dict[str, Any]:
-        """Return the user's latest conversation (id, last message time, end of its last
-        ended session), creating one if there is none."""
+    async def current(
+        self, telegram_user_id: int, conn: Conn | None = None, topic: int = 0
+    ) -> dict[str, Any]:
+        """Return the user's latest conversation in `topic` (id, last message time, end of
+        its last ended session), creating one if there is none."""
         async with self._conn(conn) as c:
             # Nearly always there is one: a single round trip instead of the four of
             # the locked transaction below, which only creation needs.
             row = await (
-                await c.execute(SELECT_LATEST_CONVERSATION, (telegram_user_id,))
+                await c.execute(SELECT_LATEST_CONVERSATION, (telegram_user_id, topic))
             ).fetchone()
             if row is not None:
                 return row
         async with self._conn(conn) as c, c.transaction():
             await c.execute(LOCK_USER, (telegram_user_id,))
             row = await (
-                await c.execute(SELECT_LATEST_CONVERSATION, (telegram_user_id,))
+                await c.execute(SELECT_LATEST_CONVERSATION, (telegram_user_id, topic))
             ).fetchone()
             if row is not None:
                 return row
             new_id = uuid.uuid4()
-            await c.execute(INSERT_CONVERSATION, (new_id, telegram_user_id))
+            await c.execute(INSERT_CONVERSATION, (new_id, telegram_user_id, topic))
             return {"id": new_id, "last_message_at": None, "ended_at": None}
 
     async def get_conversation(
@@ -252,22 +271,29 @@ class ConversationRepository(Repository):
             return list(await cur.fetchall())
 
     async def create_new_conversation(
-        self, telegram_user_id: int, conn: Conn | None = None
+        self, telegram_user_id: int, conn: Conn | None = None, topic: int = 0
     ) -> uuid.UUID:
-        """Delete the user's conversations (and their messages), then start a new one."""
+        """Delete the user's conversations in `topic` (and their messages), then start a
+        new one there; other topics keep theirs."""
         async with self._conn(conn) as c, c.transaction():
             await c.execute(LOCK_USER, (telegram_user_id,))
-            await c.execute(DELETE_USER_CONVERSATIONS, (telegram_user_id,))
+            await c.execute(DELETE_TOPIC_CONVERSATIONS, (telegram_user_id, topic))
             new_id = uuid.uuid4()
-            await c.execute(INSERT_CONVERSATION, (new_id, telegram_user_id))
+            await c.execute(INSERT_CONVERSATION, (new_id, telegram_user_id, topic))
             return new_id
 
     async def conversation_ids(
-        self, telegram_user_id: int, conn: Conn | None = None
+        self, telegram_user_id: int, conn: Conn | None = None, topic: int | None = None
     ) -> list[uuid.UUID]:
-        """Return the ids of all the user's conversations."""
+        """Return the ids of the user's conversations: all, or those of `topic` (newest
+        first)."""
+        sql, params = (
+            (SELECT_USER_CONVERSATION_IDS, (telegram_user_id,))
+            if topic is None
+            else (SELECT_TOPIC_CONVERSATION_IDS, (telegram_user_id, topic))
+        )
         async with self._conn(conn) as c:
-            cur = await c.execute(SELECT_USER_CONVERSATION_IDS, (telegram_user_id,))
+            cur = await c.execute(sql, params)
             return [uuid.UUID(str(r["id"])) for r in await cur.fetchall()]
 
     async def clear_conversation_messages(
@@ -322,6 +348,7 @@ class ConversationRepository(Repository):
         async with self._conn(conn) as c, c.transaction():
             await c.execute(SET_SUMMARY, ("", conversation_id))
             await c.execute(MARK_ALL_SUMMARIZED, (conversation_id,))
+            await c.execute(FORGET_TOPIC_WINDOW, (conversation_id,))
 
     async def mark_facts_extracted(
         self, conversation_id: uuid.UUID, message_ids: list[int], conn: Conn | None = None

@@ -124,11 +124,13 @@ VALUES (%s, %s, %s, %s, %s, COALESCE(%s, now()))
 ON CONFLICT (conversation_id, created_at) DO NOTHING
 RETURNING *
 """
-# Keep only the newest `keep` compacts of the user.
+# Keep only the newest `keep` compacts of the user in the topic of the row just stored
+# (0025: a busy topic does not push another topic's compacts out).
 PRUNE_COMPACTS = """
-DELETE FROM session_compacts WHERE telegram_user_id = %s AND id NOT IN (
-    SELECT id FROM session_compacts WHERE telegram_user_id = %s
-    ORDER BY created_at DESC, id DESC LIMIT %s
+DELETE FROM session_compacts WHERE telegram_user_id = %(user)s AND topic_id = %(topic)s
+  AND id NOT IN (
+    SELECT id FROM session_compacts WHERE telegram_user_id = %(user)s AND topic_id = %(topic)s
+    ORDER BY created_at DESC, id DESC LIMIT %(keep)s
 )
 """
 # The model's compact for a session whose plain-text stand-in is stored: never written
@@ -142,7 +144,14 @@ SELECT_COMPACTS = """
 SELECT * FROM session_compacts WHERE telegram_user_id = %s
 ORDER BY created_at DESC, id DESC LIMIT %s
 """
+# The compacts of the topic a conversation is in (the turn's prompt, recall by default).
+SELECT_TOPIC_COMPACTS = """
+SELECT * FROM session_compacts WHERE telegram_user_id = %s
+  AND topic_id = COALESCE((SELECT topic_id FROM conversations WHERE id = %s), 0)
+ORDER BY created_at DESC, id DESC LIMIT %s
+"""
 DELETE_COMPACTS = "DELETE FROM session_compacts WHERE telegram_user_id = %s"
+SELECT_CONVERSATION_TOPIC = "SELECT topic_id FROM conversations WHERE id = %s"
 
 
 # Silent since `before`, with messages the session compact does not cover yet.
@@ -337,8 +346,17 @@ class MemoryRepository(Repository):
         async with self._conn(conn) as c, c.transaction():
             sql = INSERT_COMPACT if replace else INSERT_COMPACT_IF_NONE
             row = await (await c.execute(sql, params)).fetchone()
-            await c.execute(PRUNE_COMPACTS, (telegram_user_id, telegram_user_id, keep))
+            topic = row["topic_id"] if row is not None else await self._topic(c, conversation_id)
+            prune = {"user": telegram_user_id, "topic": topic, "keep": keep}
+            await c.execute(PRUNE_COMPACTS, prune)
             return row
+
+    @staticmethod
+    async def _topic(conn: Any, conversation_id: uuid.UUID | None) -> int:
+        """Return the topic of a conversation (0: General, none, or gone)."""
+        cur = await conn.execute(SELECT_CONVERSATION_TOPIC, (conversation_id,))
+        row = await cur.fetchone()
+        return int(row["topic_id"]) if row is not None else 0
 
     async def replace_compact(
         self,
@@ -358,11 +376,21 @@ class MemoryRepository(Repository):
             return await (await c.execute(REPLACE_COMPACT, params)).fetchone()
 
     async def list_compacts(
-        self, telegram_user_id: int, limit: int = 5, conn: Conn | None = None
+        self,
+        telegram_user_id: int,
+        limit: int = 5,
+        conn: Conn | None = None,
+        conversation_id: uuid.UUID | None = None,
     ) -> list[dict[str, Any]]:
-        """Return the compacts of the user's ended sessions, newest first."""
+        """Return the compacts of the user's ended sessions, newest first: all, or with
+        `conversation_id` those of its topic."""
+        sql, params = (
+            (SELECT_COMPACTS, (telegram_user_id, limit))
+            if conversation_id is None
+            else (SELECT_TOPIC_COMPACTS, (telegram_user_id, conversation_id, limit))
+        )
         async with self._conn(conn) as c:
-            cur = await c.execute(SELECT_COMPACTS, (telegram_user_id, limit))
+            cur = await c.execute(sql, params)
             return list(await cur.fetchall())
 
     async def delete_compacts(self, telegram_user_id: int, conn: Conn | None = None) -> int:

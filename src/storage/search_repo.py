@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
+import uuid
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -91,6 +92,7 @@ LATERAL (
       AND m.role = ANY(%(roles)s) AND m.id <> %(exclude)s
       AND (%(since)s::timestamptz IS NULL OR m.created_at >= %(since)s::timestamptz)
       AND (%(until)s::timestamptz IS NULL OR m.created_at < %(until)s::timestamptz)
+      AND (%(scope)s::uuid[] IS NULL OR m.conversation_id = ANY(%(scope)s::uuid[]))
     ORDER BY m.id DESC LIMIT %(per_term)s
 ) c
 """
@@ -99,7 +101,7 @@ SELECT DISTINCT c.id, c.vector, c.created_at FROM
 unnest(%(lexemes)s::text[], %(prefixes)s::bool[]) AS t(lexeme, prefix),
 LATERAL (
     SELECT m.id, m.search_vector::text AS vector, m.created_at FROM (
-        SELECT m.id, m.search_vector, m.created_at, m.role FROM messages m
+        SELECT m.id, m.search_vector, m.created_at, m.role, m.conversation_id FROM messages m
         WHERE m.owner_id = %(user)s AND m.search_vector IS NOT NULL
         ORDER BY m.id DESC LIMIT %(scan)s
     ) m
@@ -107,6 +109,7 @@ LATERAL (
       AND m.role = ANY(%(roles)s) AND m.id <> %(exclude)s
       AND (%(since)s::timestamptz IS NULL OR m.created_at >= %(since)s::timestamptz)
       AND (%(until)s::timestamptz IS NULL OR m.created_at < %(until)s::timestamptz)
+      AND (%(scope)s::uuid[] IS NULL OR m.conversation_id = ANY(%(scope)s::uuid[]))
     ORDER BY m.id DESC LIMIT %(per_term)s
 ) c
 """
@@ -144,11 +147,15 @@ SELECT m.id FROM (
 WHERE m.role = ANY(%(roles)s) AND m.id <> %(exclude)s
   AND (%(since)s::timestamptz IS NULL OR m.created_at >= %(since)s::timestamptz)
   AND (%(until)s::timestamptz IS NULL OR m.created_at < %(until)s::timestamptz)
+  AND (%(scope)s::uuid[] IS NULL OR m.conversation_id = ANY(%(scope)s::uuid[]))
   -- the plain match first: it is cheap, and only its rare hits pay for search_text()
   AND m.content ILIKE %(pattern)s AND search_text(m.content) ILIKE %(pattern)s
 ORDER BY m.created_at DESC, m.id DESC LIMIT %(limit)s
 """
 SUBSTRING_SCAN = 5000
+# A search in a scope (a topic's conversations): which of the owner's embedded messages
+# are in it.
+IN_SCOPE = "SELECT id FROM messages WHERE id = ANY(%s) AND conversation_id = ANY(%s::uuid[])"
 
 _WORD = re.compile(r"(\w+)(\*)?")
 ROLES = ("user", "assistant")
@@ -259,6 +266,7 @@ class SearchRepository(Repository):
         until: datetime | None = None,
         role: str | None = None,
         semantic: SemanticQuery | None = None,
+        scope: list[uuid.UUID] | None = None,
     ) -> list[dict[str, Any]]:
         """Return the user's messages matching `query`, best first, squashed included.
 
@@ -267,12 +275,13 @@ class SearchRepository(Repository):
         the phrase as a substring of the newest messages. With `semantic`, the owner's
         newest embedded messages are ranked by similarity to it too, and both rankings
         are fused. `since` (inclusive) and `until` (exclusive) bound the time, `role`
-        the author. Each hit carries the next message of its conversation (`next_role`,
+        the author, `scope` (conversation ids) the conversations searched (None: all
+        the owner's). Each hit carries the next message of its conversation (`next_role`,
         `next_number`, `next_content`). Raises StopWordsOnly when the query's words are
         all too common to search for.
         """
         found = await self.rankings(
-            telegram_user_id, query, exclude_id, since, until, role, semantic
+            telegram_user_id, query, exclude_id, since, until, role, semantic, scope
         )
         best = fuse(found.weighted(self.semantic_weight))[: max(1, min(50, limit))]
         if not best:
@@ -291,13 +300,14 @@ class SearchRepository(Repository):
         until: datetime | None = None,
         role: str | None = None,
         semantic: SemanticQuery | None = None,
+        scope: list[uuid.UUID] | None = None,
     ) -> Rankings:
         """Return the lexical and (with `semantic`) the semantic ranking, unfused, each
         FUSE_DEPTH deep; the arguments mean what they mean for `search_messages`."""
         started: list[asyncio.Future[np.ndarray | None]] = []
         try:
             return await self._rankings(
-                telegram_user_id, query, exclude_id, since, until, role, semantic, started
+                telegram_user_id, query, exclude_id, since, until, role, semantic, started, scope
             )
         finally:
             # A refused query, an error or a cancelled search must not leave it running.
@@ -315,6 +325,7 @@ class SearchRepository(Repository):
         role: str | None,
         semantic: SemanticQuery | None,
         started: list[asyncio.Future[np.ndarray | None]],
+        scope: list[uuid.UUID] | None = None,
     ) -> Rankings:
         query = clean_text(query).strip()[:500]
         parsed = parse_query(query)
@@ -336,6 +347,7 @@ class SearchRepository(Repository):
             "roles": [role] if role else list(ROLES),
             "since": since,
             "until": until,
+            "scope": scope,
         }
         terms: tuple[list[str], set[str], list[str]] = ([], set(), [])
         if parsed.words:
@@ -432,4 +444,10 @@ class SearchRepository(Repository):
         (ids, matrix), vector = await asyncio.gather(read, embedding)
         if vector is None:
             return None
+        if params["scope"] is not None and ids:
+            async with self.pool.connection() as c:
+                cur = await c.execute(IN_SCOPE, (ids, params["scope"]))
+                inside = {r["id"] for r in await cur.fetchall()}
+            keep = [i for i, message in enumerate(ids) if message in inside]
+            ids, matrix = [ids[i] for i in keep], matrix[keep]
         return cosine_ranking(ids, matrix, vector, FUSE_DEPTH)

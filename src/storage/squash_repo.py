@@ -49,8 +49,14 @@ LINK_SUMMARY = "UPDATE squash_log SET summary_message_id = %s WHERE id = %s"
 # and does not reach back past a /forget.
 SHRINK_WINDOW = """
 UPDATE users SET active_messages_count = GREATEST(0, active_messages_count - %s)
-WHERE telegram_user_id = (SELECT telegram_user_id FROM conversations WHERE id = %s)
-  AND active_messages_count IS NOT NULL
+WHERE telegram_user_id = (
+    SELECT telegram_user_id FROM conversations WHERE id = %s AND topic_id = 0
+) AND active_messages_count IS NOT NULL
+"""
+# The same in a topic, whose conversation keeps its own count (0026).
+SHRINK_TOPIC_WINDOW = """
+UPDATE conversations SET active_messages_count = GREATEST(0, active_messages_count - %s)
+WHERE id = %s AND topic_id <> 0 AND active_messages_count IS NOT NULL
 """
 SELECT_ROWS = """
 SELECT id, number, role, content, meta, created_at, squashed_at FROM messages
@@ -159,6 +165,7 @@ class SquashRepository(Repository):
             assert summary_row is not None
             await c.execute(LINK_SUMMARY, (summary_row["id"], log["id"]))
             await c.execute(SHRINK_WINDOW, (len(rows) - 1, conversation_id))
+            await c.execute(SHRINK_TOPIC_WINDOW, (len(rows) - 1, conversation_id))
         return SquashResult(log["id"], summary_row, rows, log["created_at"])
 
     async def rows(

@@ -27,7 +27,7 @@ from src.storage.conversation_repo import (
     SELECT_UNSUMMARIZED,
 )
 from src.storage.delivery_repo import MESSAGE_ID
-from src.storage.memory_repo import SELECT_COMPACTS, SELECT_FACTS
+from src.storage.memory_repo import SELECT_FACTS, SELECT_TOPIC_COMPACTS
 from src.storage.users_repo import SELECT_USER, UPSERT_USER, upsert_params
 
 Row = dict[str, Any]
@@ -73,18 +73,20 @@ async def send_turn_start(
     language_code: str | None = None,
     update_id: int | None = None,
     checkpoints: bool = False,
+    topic: int = 0,
 ) -> Callable[[], Awaitable[TurnStart]]:
     """Send the turn's first statements over `conn` (in the caller's pipeline: the
     lease's) and return what reads their results once it is synced. With the turn's
     Telegram `update_id`, also look up the message an earlier run of it stored; with
     `checkpoints` (the graph's checkpoints are in this database), the id of the
-    conversation thread's last checkpoint."""
+    conversation thread's last checkpoint. The conversation is the owner's current one
+    in `topic` (0: General, or a chat without topics)."""
     user = await conn.execute(
         UPSERT_USER, upsert_params(owner_id, username, first_name, language_code)
     )
-    conversation = await conn.execute(SELECT_LATEST_CONVERSATION, (owner_id,))
+    conversation = await conn.execute(SELECT_LATEST_CONVERSATION, (owner_id, topic))
     stored = None if update_id is None else await conn.execute(MESSAGE_ID, (update_id,))
-    latest = await conn.execute(SELECT_OWNERS_LATEST_ID, (owner_id,)) if checkpoints else None
+    latest = await conn.execute(SELECT_OWNERS_LATEST_ID, (owner_id, topic)) if checkpoints else None
 
     async def read() -> TurnStart:
         row = await user.fetchone()
@@ -119,7 +121,9 @@ async def read_turn(
             await conn.execute(SELECT_CONVERSATION_WITH_PENDING, (facts_every, conversation_id)),
             await conn.execute(LOAD_LAST_MESSAGES, (conversation_id, max(messages, 0))),
             await conn.execute(SELECT_FACTS, (owner_id, max(facts, 0))),
-            await conn.execute(SELECT_COMPACTS, (owner_id, max(compacts, 0))),
+            await conn.execute(
+                SELECT_TOPIC_COMPACTS, (owner_id, conversation_id, max(compacts, 0))
+            ),
             await conn.execute(SELECT_UNSUMMARIZED, (conversation_id, max(lag, 0))),
         ]
     # Read once the pipeline is synced: a read inside it would cost a round trip more.

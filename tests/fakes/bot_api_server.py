@@ -89,6 +89,7 @@ from tests.fakes.bot_api_markup import (
     markup_problem,
     visible_text,
 )
+from tests.fakes.bot_api_topics import ForumTopics
 from tests.fakes.images import downscale_jpeg, image_info
 from tests.fakes.openai_server import BackgroundAiohttpServer
 
@@ -192,7 +193,7 @@ def _as_chat_id(value: Any) -> int | str | None:
         return value
 
 
-class FakeBotAPI(BackgroundAiohttpServer):
+class FakeBotAPI(ForumTopics, BackgroundAiohttpServer):
     """A scripted, thread-safe Telegram Bot API; see the module docstring."""
 
     def __init__(
@@ -250,6 +251,7 @@ class FakeBotAPI(BackgroundAiohttpServer):
         self._query_ids = itertools.count(1)
         self._changed = threading.Condition(self._lock)
         self._wakeup: asyncio.Event | None = None
+        self._init_topics()  # forum supergroups, private chats with topics
 
     @property
     def base_url(self) -> str:
@@ -374,6 +376,7 @@ class FakeBotAPI(BackgroundAiohttpServer):
             self.commands.clear()
             self.files.clear()
             self._posted.clear()
+            self._reset_topics()
             self.download_limit = DOWNLOAD_LIMIT
             self._members.clear()
             self._migrated.clear()
@@ -482,9 +485,11 @@ class FakeBotAPI(BackgroundAiohttpServer):
         new_id: bool = True,
         reply_to: int | None = None,
         quote: str | None = None,
+        topic: int | None = None,
     ) -> dict[str, Any]:
         """Build the common part of a user message (`reply_to`: a message id in the chat
-        it replies to, `quote`: the part of that message's text the user quoted)."""
+        it replies to, `quote`: the part of that message's text the user quoted, `topic`:
+        in that topic of the chat)."""
         user = self._user(user_id, first_name, username, language_code)
         if chat_type == "private":
             chat = {"id": user_id if chat_id is None else chat_id, "type": "private"}
@@ -494,6 +499,7 @@ class FakeBotAPI(BackgroundAiohttpServer):
             if chat_id >= 0:
                 raise ValueError("group chats need a negative chat_id")
             chat = {"id": chat_id, "type": chat_type, "title": title}
+            self._topic_chat(chat)
         with self._lock:
             self._chats[chat["id"]] = chat
             self._users[user_id] = user
@@ -508,6 +514,7 @@ class FakeBotAPI(BackgroundAiohttpServer):
             message["reply_to_message"] = self._bot_message(chat, "previous bot message")
         if reply_to is not None:
             message |= self._reply_fields(chat["id"], reply_to, quote)
+        self._topic_fields(message, topic)
         return message
 
     def _reply_fields(self, chat_id: Any, message_id: int, quote: str | None) -> dict[str, Any]:
@@ -950,6 +957,8 @@ class FakeBotAPI(BackgroundAiohttpServer):
         return stored.fields() | {"file_path": stored.file_path}
 
     async def _m_sendchataction(self, params: dict[str, Any]) -> Any:
+        if error := self.thread_problem(_as_chat_id(params.get("chat_id")), params):
+            return error
         record = {"chat_id": _as_chat_id(params.get("chat_id")), "action": params.get("action")}
         with self._changed:
             self.actions.append(record | {"time": time.time()})
@@ -1003,10 +1012,13 @@ class FakeBotAPI(BackgroundAiohttpServer):
         markup = params.get("reply_markup")
         if markup is not None and (problem := markup_problem(markup, inline_only=False)):
             return _fail(400, problem)
+        if error := self.thread_problem(chat_id, params):
+            return error
         parse_mode = params.get("parse_mode")
         chat = self._chat(chat_id)
         entities = params.get("entities" if field == "text" else "caption_entities")
         message = self._bot_message(chat, text, field, inline_markup(markup), parse_mode, entities)
+        self._in_thread(message, params)
         self._record(method, chat_id, text, params, message["message_id"])
         return message | (media or {})
 
@@ -1130,6 +1142,8 @@ class FakeBotAPI(BackgroundAiohttpServer):
             return _fail(400, "Bad Request: chat_id is empty")
         if self._chat(chat_id)["type"] != "private":
             return _fail(400, "Bad Request: TEXTDRAFT_PEER_INVALID")
+        if error := self.thread_problem(chat_id, params):
+            return error
         draft_id = _int(params.get("draft_id"))
         if not draft_id:
             return _fail(400, "Bad Request: RANDOM_ID_INVALID")

@@ -187,8 +187,11 @@ async def test_search_tool_offered_schema(runtime_factory: Any, llm: Any) -> Non
     offered = {t["function"]["name"]: t["function"] for t in llm.last_request()["tools"]}
     params = offered["search_history"]["parameters"]
     # Exactly what the model may send: never a user id (that comes from the turn).
-    assert set(params["properties"]) == {"query", "limit", "since", "until", "role"}
+    assert set(params["properties"]) == {"query", "limit", "since", "until", "role", "scope"}
     assert params["required"] == ["query"]
+    # The chat-wide search is an explicit choice: the topic is the default (issue 33).
+    scope = params["properties"]["scope"]
+    assert set(scope["enum"]) == {"topic", "chat"} and scope["default"] == "topic"
     role = params["properties"]["role"]
     assert {"user", "assistant"} <= set(
         role.get("enum") or [e for o in role.get("anyOf", []) for e in o.get("enum", [])]

@@ -31,7 +31,7 @@ from src.graph.context.render import row_tokens, transcript_line
 from src.graph.deps import GraphDeps
 from src.graph.memory.epoch import started
 from src.graph.memory.errors import is_refusal
-from src.graph.memory.window import LAG_FACTOR, WindowRule, due, window_size
+from src.graph.memory.window import LAG_FACTOR, WindowRule, due, window_count, window_size
 from src.graph.model_calls import call_config
 from src.graph.output_caps import summary_tokens, was_cut, with_output_cap
 from src.graph.tokens import TokenCounter
@@ -278,7 +278,7 @@ async def window_rows(
     conversations = deps.conversations
     conv = await conversations.get_conversation(conversation_id)
     user = await deps.users.get(owner)
-    size = window_size(user["active_messages_count"] if user else None, deps.settings.max_context)
+    size = window_size(window_count(user, conv), deps.settings.max_context)
     limit = deps.settings.max_context
     rows = await conversations.load_last_messages(conversation_id, limit + 2)
     older = await conversations.unsummarized(conversation_id, limit * (1 + LAG_FACTOR) + 2)

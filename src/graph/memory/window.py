@@ -38,6 +38,14 @@ def window_size(active_messages_count: int | None, max_context: int) -> int:
     return max(0, min(active_messages_count, max_context))
 
 
+def window_count(user: Row | None, conversation: Row | None) -> int | None:
+    """Return seed 000's count after /forget for a conversation: the owner's in the
+    General topic and chats without topics, the conversation's own in a topic (0026)."""
+    if conversation is not None and conversation.get("topic_id"):
+        return conversation.get("active_messages_count")
+    return user["active_messages_count"] if user else None
+
+
 @dataclass(frozen=True)
 class WindowRule:
     """How one conversation's window is cut, and when its summary folds."""
