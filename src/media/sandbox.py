@@ -158,7 +158,10 @@ def _peak_mb(pid: int | str, field: str = "VmHWM") -> float:
 
 def _confine(limits: Limits) -> None:
     """Cap this process's CPU time and address space, and write no core file."""
-    cpu = max(1, int(limits.seconds + 0.999))
+    # A second past the deadline: a reader that only computes meets the deadline first
+    # (its CPU time cannot pass its wall time), so its peak memory is read before the
+    # kill; the CPU limit stops what the deadline somehow missed.
+    cpu = max(1, int(limits.seconds + 0.999)) + 1
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     memory = limits.memory_mb * MB

@@ -140,7 +140,9 @@ async def test_the_stop_button_lands_in_the_topic_and_stops_its_answer(
     await until(lambda: bool(tg.messages_to(FORUM)), 20)
     [live] = tg.messages_to(FORUM)
     assert thread_of(live) == plans and live["params"].get("reply_markup")
-    tg.push_callback(ANN, FORUM, live["message_id"], STOP_DATA)
+    button = live["params"]["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
+    assert button.startswith(STOP_DATA)
+    tg.push_callback(ANN, FORUM, live["message_id"], button)
     await until(lambda: bool(tg.callback_answers))
     assert tg.callback_answers[-1]["text"] == t("stopped", "ru")
     await until(lambda: any("⏹" in m["text"] for m in tg.messages_to(FORUM)), 20)
