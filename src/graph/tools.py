@@ -161,6 +161,7 @@ def make_memory_tools(deps: GraphDeps) -> list[BaseTool]:
                 until=local_day(until, zone, end=True),
                 role=role,
                 semantic=semantic_query(deps),
+                now=deps.clock().astimezone(zone),
             )
         except StopWordsOnly:
             return (

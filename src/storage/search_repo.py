@@ -12,7 +12,7 @@ import asyncio
 import math
 import re
 from collections.abc import Awaitable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -20,16 +20,19 @@ import numpy as np
 
 from src.storage.base import Conn, Repository, clean_text
 from src.storage.embedding_repo import EmbeddingRepository, VectorFilter
+from src.storage.search_dates import DateRange, date_range
 from src.storage.search_ranking import (
     FUSE_DEPTH,
     LONG_QUERY_WORDS,
     MAX_QUERY_WORDS,
+    RERANK_DEPTH,
     SEMANTIC_SCAN,
     Rankings,
     SemanticQuery,
     cosine_ranking,
     embedding_text,
-    fuse,
+    fuse_scores,
+    rerank,
     start_embedding,
 )
 
@@ -222,6 +225,7 @@ class SearchRepository(Repository):
         until: datetime | None = None,
         role: str | None = None,
         semantic: SemanticQuery | None = None,
+        now: datetime | None = None,
     ) -> list[dict[str, Any]]:
         """Return the user's messages matching `query`, best first, squashed included.
 
@@ -231,19 +235,25 @@ class SearchRepository(Repository):
         newest embedded messages are ranked by similarity to it too, and both rankings
         are fused. `since` (inclusive) and `until` (exclusive) bound the time, `role`
         the author. Each hit carries the next message of its conversation (`next_role`,
-        `next_number`, `next_content`). Raises StopWordsOnly when the query's words are
-        all too common to search for.
+        `next_number`, `next_content`). With `now` (the moment of the question) a
+        date the query names ("last Tuesday", "в марте") ranks that range's messages
+        first. The user's earlier askings of the same question go after the other hits.
+        Raises StopWordsOnly when the query's words are all too common to search for.
         """
         found = await self.rankings(
-            telegram_user_id, query, exclude_id, since, until, role, semantic
+            telegram_user_id, query, exclude_id, since, until, role, semantic, now
         )
-        best = fuse(found.weighted(self.semantic_weight))[: max(1, min(50, limit))]
-        if not best:
+        limit = max(1, min(50, limit))
+        # More than asked: the answers the user's own questions pushed down.
+        scored = fuse_scores(found.weighted(self.semantic_weight))[: max(RERANK_DEPTH, limit)]
+        if not scored:
             return []
+        best = [message_id for message_id, _score in scored]
         async with self.pool.connection() as c:
             cur = await c.execute(HITS, {"ids": best, "user": telegram_user_id})
             hits = {r["id"]: r for r in await cur.fetchall()}
-        return [hits[i] for i in best if i in hits]
+        rows = [hits[i] for i in best if i in hits]
+        return rerank(query, rows, dict(scored))[:limit]
 
     async def rankings(
         self,
@@ -254,19 +264,58 @@ class SearchRepository(Repository):
         until: datetime | None = None,
         role: str | None = None,
         semantic: SemanticQuery | None = None,
+        now: datetime | None = None,
     ) -> Rankings:
         """Return the lexical and (with `semantic`) the semantic ranking, unfused, each
-        FUSE_DEPTH deep; the arguments mean what they mean for `search_messages`."""
+        FUSE_DEPTH deep, and those of the range of a date the query names; the
+        arguments mean what they mean for `search_messages`."""
         started: list[asyncio.Future[np.ndarray | None]] = []
+        dated = date_range(query, now) if now and since is None and until is None else None
         try:
-            return await self._rankings(
-                telegram_user_id, query, exclude_id, since, until, role, semantic, started
-            )
+            if dated is None:
+                return await self._rankings(
+                    telegram_user_id, query, exclude_id, since, until, role, semantic, started
+                )
+            return await self._dated(telegram_user_id, query, dated, exclude_id, role, semantic)
         finally:
             # A refused query, an error or a cancelled search must not leave it running.
             for embedding in started:
                 if not embedding.done():
                     embedding.cancel()
+
+    async def _dated(
+        self,
+        telegram_user_id: int,
+        query: str,
+        dated: DateRange,
+        exclude_id: int | None,
+        role: str | None,
+        semantic: SemanticQuery | None,
+    ) -> Rankings:
+        """Return the rankings of a query naming a date: over the whole history and over
+        the date's range, both without the date's words (they would match every "week")."""
+        text = dated.rest if parse_query(dated.rest).words else query
+        started: list[asyncio.Future[np.ndarray | None]] = []
+        try:
+            found = await self._rankings(
+                telegram_user_id, text, exclude_id, None, None, role, semantic, started
+            )
+            # The query's embedding is made once: the range's ranking reads it again.
+            vector = started[0].result() if started and started[0].done() else None
+            again = (
+                SemanticQuery(vector, semantic.model) if semantic and vector is not None else None
+            )
+            try:
+                within = await self._rankings(
+                    telegram_user_id, text, exclude_id, dated.since, dated.until, role, again, []
+                )
+            except StopWordsOnly:
+                within = Rankings([], None)
+        finally:
+            for embedding in started:
+                if not embedding.done():
+                    embedding.cancel()
+        return replace(found, dated=within)
 
     async def _rankings(
         self,
