@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 
 from psycopg_pool import AsyncConnectionPool
 
+from src.services.agent_service import Identity
 from src.storage.conversation_repo import ConversationRepository
 from src.storage.search_repo import SearchRepository
 
@@ -81,3 +82,23 @@ async def test_the_users_earlier_questions_do_not_crowd_out_the_answer(pool: Poo
     found = await memory.search_messages(OWNER, "What is the name of Tom's new puppy?", limit=50)
     kinds = ["asked" if r["content"].startswith("Remind me") else "other" for r in found]
     assert kinds == sorted(kinds, key=lambda k: k == "asked") and "asked" in kinds
+
+
+async def test_the_tool_reads_a_date_relative_to_the_turn(runtime_factory: Any, llm: Any) -> None:
+    rt = await runtime_factory()
+    user = Identity(7_150_002, "anna", "Anna", "en")
+    llm.script("ok")
+    await rt.service.handle_message(user, "pasta with tomato sauce again, pasta pasta pasta")
+    llm.script("ok")
+    await rt.service.handle_message(user, "made a mushroom risotto tonight, pasta was boring")
+    yesterday = rt.deps.clock() - timedelta(days=1)
+    async with rt.pool.connection() as conn:
+        await conn.execute(
+            "UPDATE messages SET created_at = %s WHERE content LIKE %s",
+            (yesterday, "%mushroom risotto%"),
+        )
+    calls = [{"name": "search_history", "args": {"query": "pasta yesterday", "limit": 1}}]
+    llm.script({"tool_calls": calls}, "ok")
+    await rt.service.handle_message(user, "what did I cook yesterday?")
+    results = [m["content"] for m in llm.last_request()["messages"] if m["role"] == "tool"]
+    assert "mushroom risotto" in results[0]
