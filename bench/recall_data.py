@@ -95,6 +95,10 @@ class Question:
     answers: tuple[int, ...]
     fact: str
     echoes: tuple[int, ...] = ()
+    # When the user asks it and its own stored message (bench/dialogues.py): the search
+    # runs "now" at that time and leaves the question's own message out.
+    asked: datetime | None = None
+    number: int | None = None
 
 
 @dataclass(frozen=True)

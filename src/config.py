@@ -158,7 +158,7 @@ class Settings(BaseSettings):
     embedding_api_key: SecretStr | None = None
     embedding_timeout: float = Field(30.0, gt=0)
     embedding_batch: int = Field(32, ge=1, le=2048)
-    search_semantic_weight: float = Field(1.0, ge=0)
+    search_semantic_weight: float = Field(3.0, ge=0)
 
     # --- across sessions (seed 001) ---
     session_idle_minutes: float = Field(180.0, gt=0)

@@ -174,7 +174,8 @@ def make_memory_tools(deps: GraphDeps) -> list[BaseTool]:
         Args:
             query: the words to look for: names, places, things (any of them matches;
                 Russian and English word forms are matched, e.g. "кот" finds "коты";
-                end a word with * to match its beginning, e.g. "ноут*").
+                end a word with * to match its beginning, e.g. "ноут*"). A relative date
+                in it ("last Tuesday", "two weeks ago", "в марте") ranks that time first.
             limit: how many messages to return at most (1-50).
             since: only messages from this day on, YYYY-MM-DD in the user's time zone.
             until: only messages up to this day, inclusive, YYYY-MM-DD.
@@ -197,6 +198,7 @@ def make_memory_tools(deps: GraphDeps) -> list[BaseTool]:
                 role=role,
                 semantic=semantic_query(deps),
                 scope=inside,
+                now=deps.clock().astimezone(zone),
             )
         except StopWordsOnly:
             return (

@@ -7,10 +7,14 @@ weighted reciprocal rank fusion. src/storage/search_repo.py reads the rows and c
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+
+from src.graph.timestamps import strip_stamp
 
 # Semantic search ranks the owner's newest SEMANTIC_SCAN embedded messages (lexical
 # search covers the whole history): the cost is bounded however long the history is.
@@ -18,10 +22,25 @@ SEMANTIC_SCAN = 5000
 # Words of a query searched for (and embedded, for a long query) at most.
 MAX_QUERY_WORDS = 32
 # How deep each ranking goes into the fusion, and reciprocal rank fusion's constant:
-# measured with `tgagent bench recall --sweep` (k 10, 30, 60 x semantic weights 0.25-2);
-# k=10 with equal weights gave the best recall@10 and +5.7 points recall@5 over BM25.
-FUSE_DEPTH = 50
-RRF_K = 10
+# measured with `tgagent bench recall --sweep` (k 10-100 x semantic weights 0.5-4 x the
+# rerank's constants) on the chats between two friends: k=30 with the semantic ranking
+# weighing 3 (SEARCH_SEMANTIC_WEIGHT) gave recall@10 0.81 (k=10, equal weights: 0.69);
+# on the planted-facts set it costs 3 points of recall@10 (0.68 against 0.71).
+FUSE_DEPTH = 100
+RRF_K = 30
+# The weight of the rankings within a date the query names, against the whole
+# history's (bench recall --sweep, on the dialogues set's temporal questions).
+DATED_WEIGHT = 2.0
+# A question-shaped message most of whose words the query repeats is the user asking
+# the same thing before, not its answer (the answer is in its next message, shown with
+# it); it goes after the other hits.
+ECHO_SHARE = 0.6
+# The share of its fused score a user's other question keeps: questions hold their
+# answers rarely, and a user's own questions crowded out the answers (bench recall).
+QUESTION_WEIGHT = 0.3
+# How many fused hits are read and reranked: the answers the questions pushed down.
+RERANK_DEPTH = 100
+_WORDS = re.compile(r"\w+")
 
 
 # A query longer than this many words is embedded as its content words alone (stop words
@@ -57,13 +76,19 @@ def fuse(rankings: list[tuple[list[int], float]], k: int = RRF_K) -> list[int]:
 
     Ties go to the id ranked first by the earlier ranking, then to the newest id.
     """
+    return [message_id for message_id, _score in fuse_scores(rankings, k)]
+
+
+def fuse_scores(rankings: list[tuple[list[int], float]], k: int = RRF_K) -> list[tuple[int, float]]:
+    """Return `fuse`'s ids with their scores, best first."""
     scores: dict[int, float] = {}
     first: dict[int, tuple[int, int]] = {}
     for n, (ids, weight) in enumerate(rankings):
         for rank, message_id in enumerate(ids, 1):
             scores[message_id] = scores.get(message_id, 0.0) + weight / (k + rank)
             first.setdefault(message_id, (n, rank))
-    return sorted(scores, key=lambda m: (-scores[m], first[m], -m))
+    order = sorted(scores, key=lambda m: (-scores[m], first[m], -m))
+    return [(m, scores[m]) for m in order]
 
 
 def cosine_ranking(ids: list[int], matrix: np.ndarray, query: np.ndarray, depth: int) -> list[int]:
@@ -84,12 +109,18 @@ class Rankings:
     lexical: list[int]
     semantic: list[int] | None
     """None when the search had no query embedding (not asked for, or it failed)."""
+    dated: Rankings | None = None
+    """The rankings within the range of a date the query names ("last Tuesday")."""
 
-    def weighted(self, semantic_weight: float) -> list[tuple[list[int], float]]:
+    def weighted(
+        self, semantic_weight: float, dated_weight: float = DATED_WEIGHT
+    ) -> list[tuple[list[int], float]]:
         """Return the rankings with their fusion weights (lexical weighs 1)."""
         out = [(self.lexical, 1.0)]
         if self.semantic is not None and semantic_weight > 0:
             out.append((self.semantic, semantic_weight))
+        if self.dated is not None:
+            out += [(ids, w * dated_weight) for ids, w in self.dated.weighted(semantic_weight)]
         return out
 
 
@@ -108,3 +139,40 @@ def start_embedding(
     if callable(vector):
         return asyncio.ensure_future(vector(text))
     return asyncio.ensure_future(vector)
+
+
+def _stems(text: str) -> set[str]:
+    """Return the words of `text` cut to five letters: word forms compare equal."""
+    return {w[:5] for w in _WORDS.findall(text.lower()) if len(w) >= 3 and not w.isdigit()}
+
+
+def is_echo(query: str, content: str) -> bool:
+    """Tell whether `content` is a question asking again what `query` asks."""
+    if "?" not in content:
+        return False
+    words = _stems(strip_stamp(content))
+    return bool(words) and len(words & _stems(query)) >= ECHO_SHARE * len(words)
+
+
+def kept_share(query: str, row: dict[str, Any], question: float = QUESTION_WEIGHT) -> float:
+    """Return how much of its fused score a hit keeps: a user's question holds its
+    answer rarely (`question`), an earlier asking of the query never (0)."""
+    if row["role"] != "user":
+        return 1.0
+    text = strip_stamp(row["content"]).rstrip()
+    if is_echo(query, text):
+        return 0.0
+    return question if text.endswith("?") else 1.0
+
+
+def rerank(
+    query: str,
+    rows: list[dict[str, Any]],
+    scores: dict[int, float],
+    question: float = QUESTION_WEIGHT,
+) -> list[dict[str, Any]]:
+    """Return the fused hits ordered by their scores weighed by `kept_share`; earlier
+    askings of the query come last, in their fused order."""
+    weighed = [(scores[r["id"]] * kept_share(query, r, question), n, r) for n, r in enumerate(rows)]
+    weighed.sort(key=lambda x: (-x[0], x[1]))
+    return [r for _score, _n, r in weighed]

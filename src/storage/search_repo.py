@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import math
-import re
 import uuid
-from collections.abc import Awaitable, Iterable
-from dataclasses import dataclass
+from collections.abc import Awaitable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -21,16 +20,20 @@ import numpy as np
 
 from src.storage.base import Conn, Repository, clean_text
 from src.storage.embedding_repo import EmbeddingRepository, VectorFilter
+from src.storage.search_bm25 import SearchQuery, StopWordsOnly, bm25, parse_query
+from src.storage.search_dates import DateRange, date_range
 from src.storage.search_ranking import (
     FUSE_DEPTH,
     LONG_QUERY_WORDS,
     MAX_QUERY_WORDS,
+    RERANK_DEPTH,
     SEMANTIC_SCAN,
     Rankings,
     SemanticQuery,
     cosine_ranking,
     embedding_text,
-    fuse,
+    fuse_scores,
+    rerank,
     start_embedding,
 )
 
@@ -132,9 +135,6 @@ WHERE m.id = ANY(%(ids)s) AND m.owner_id = %(user)s
 """
 DF_CAP = 5000
 PER_TERM = 300
-# BM25's usual constants: term-frequency saturation and length normalization.
-BM25_K1 = 1.2
-BM25_B = 0.75
 
 # No searchable word (a code, a symbol): the phrase as a substring of the owner's newest
 # SUBSTRING_SCAN messages only, so the cost never grows with the history.
@@ -157,95 +157,12 @@ SUBSTRING_SCAN = 5000
 # are in it.
 IN_SCOPE = "SELECT id FROM messages WHERE id = ANY(%s) AND conversation_id = ANY(%s::uuid[])"
 
-_WORD = re.compile(r"(\w+)(\*)?")
 ROLES = ("user", "assistant")
-
-
-@dataclass(frozen=True)
-class SearchQuery:
-    """What the model asked to search for, parsed: words, prefixes, filters."""
-
-    words: list[str]
-    """The query's words, in order (underscores split words)."""
-    prefixes: frozenset[str]
-    """Words the query marked as prefixes (`word*`)."""
-
-
-def parse_query(text: str) -> SearchQuery:
-    """Return the words of a query; `word*` asks for words beginning with `word`."""
-    words: list[str] = []
-    prefixes: set[str] = set()
-    for match in _WORD.finditer(text.replace("_", " ")):
-        word = match.group(1)[:50]
-        if len(word) < 2 and not word.isdigit():
-            continue
-        words.append(word)
-        if match.group(2):
-            prefixes.add(word)
-    return SearchQuery(words, frozenset(prefixes))
-
-
-def term_frequencies(
-    vector: str, terms: Iterable[str], prefixes: frozenset[str]
-) -> tuple[int, dict[str, int]]:
-    """Return a stored search vector's length (its positions) and the frequency of each
-    of `terms` in it (of the lexemes beginning with a term of `prefixes`).
-
-    Only the query's terms are looked up in the vector's text (`'owner|lexeme':1,5 ...`):
-    a candidate costs a few substring searches, not a parse of all its lexemes.
-    """
-    length = vector.count(",") + vector.count("':")
-    found: dict[str, int] = {}
-    for term in terms:
-        needle = "|" + term.replace("\\", "\\\\").replace("'", "''")
-        prefix = term in prefixes
-        tf = 0
-        at = vector.find(needle)
-        while at >= 0:
-            end = at + len(needle)
-            if prefix:
-                end = _lexeme_end(vector, end)
-            if end < len(vector) and vector[end] == "'" and vector[end + 1 : end + 2] != "'":
-                stop = vector.find(" ", end)
-                positions = vector[end + 1 : stop if stop >= 0 else len(vector)]
-                tf += positions.count(",") + 1 if positions.startswith(":") else 1
-            at = vector.find(needle, end)
-        if tf:
-            found[term] = tf
-    return length, found
-
-
-def _lexeme_end(vector: str, start: int) -> int:
-    """Return the index of the quote closing the lexeme that runs through `start`."""
-    while True:
-        quote = vector.find("'", start)
-        if quote < 0 or vector[quote + 1 : quote + 2] != "'":
-            return quote if quote >= 0 else len(vector)
-        start = quote + 2
-
-
-def bm25(
-    candidates: list[dict[str, Any]], idf: dict[str, float], prefixes: frozenset[str]
-) -> list[tuple[float, dict[str, Any]]]:
-    """Score candidates by BM25 over the query terms, best first (ties: the newest)."""
-    docs = [(c, term_frequencies(c["vector"], idf, prefixes)) for c in candidates]
-    avgdl = sum(length for _, (length, _tf) in docs) / max(1, len(docs))
-    scored = []
-    for row, (dl, tfs) in docs:
-        norm = BM25_K1 * (1 - BM25_B + BM25_B * dl / max(avgdl, 1.0))
-        score = sum(idf[t] * tf * (BM25_K1 + 1) / (tf + norm) for t, tf in tfs.items())
-        scored.append((score, row))
-    scored.sort(key=lambda x: (x[0], x[1]["created_at"], x[1]["id"]), reverse=True)
-    return scored
 
 
 def _like_pattern(query: str) -> str:
     escaped = query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
-
-
-class StopWordsOnly(ValueError):
-    """The query has words, but only ones too common to search for."""
 
 
 class SearchRepository(Repository):
@@ -267,6 +184,7 @@ class SearchRepository(Repository):
         role: str | None = None,
         semantic: SemanticQuery | None = None,
         scope: list[uuid.UUID] | None = None,
+        now: datetime | None = None,
     ) -> list[dict[str, Any]]:
         """Return the user's messages matching `query`, best first, squashed included.
 
@@ -277,19 +195,25 @@ class SearchRepository(Repository):
         are fused. `since` (inclusive) and `until` (exclusive) bound the time, `role`
         the author, `scope` (conversation ids) the conversations searched (None: all
         the owner's). Each hit carries the next message of its conversation (`next_role`,
-        `next_number`, `next_content`). Raises StopWordsOnly when the query's words are
-        all too common to search for.
+        `next_number`, `next_content`). With `now` (the moment of the question) a
+        date the query names ("last Tuesday", "в марте") ranks that range's messages
+        first. The user's earlier askings of the same question go after the other hits.
+        Raises StopWordsOnly when the query's words are all too common to search for.
         """
         found = await self.rankings(
-            telegram_user_id, query, exclude_id, since, until, role, semantic, scope
+            telegram_user_id, query, exclude_id, since, until, role, semantic, scope, now
         )
-        best = fuse(found.weighted(self.semantic_weight))[: max(1, min(50, limit))]
-        if not best:
+        limit = max(1, min(50, limit))
+        # More than asked: the answers the user's own questions pushed down.
+        scored = fuse_scores(found.weighted(self.semantic_weight))[: max(RERANK_DEPTH, limit)]
+        if not scored:
             return []
+        best = [message_id for message_id, _score in scored]
         async with self.pool.connection() as c:
             cur = await c.execute(HITS, {"ids": best, "user": telegram_user_id})
             hits = {r["id"]: r for r in await cur.fetchall()}
-        return [hits[i] for i in best if i in hits]
+        rows = [hits[i] for i in best if i in hits]
+        return rerank(query, rows, dict(scored))[:limit]
 
     async def rankings(
         self,
@@ -301,19 +225,77 @@ class SearchRepository(Repository):
         role: str | None = None,
         semantic: SemanticQuery | None = None,
         scope: list[uuid.UUID] | None = None,
+        now: datetime | None = None,
     ) -> Rankings:
         """Return the lexical and (with `semantic`) the semantic ranking, unfused, each
-        FUSE_DEPTH deep; the arguments mean what they mean for `search_messages`."""
+        FUSE_DEPTH deep, and those of the range of a date the query names; the
+        arguments mean what they mean for `search_messages`."""
         started: list[asyncio.Future[np.ndarray | None]] = []
+        dated = date_range(query, now) if now and since is None and until is None else None
         try:
-            return await self._rankings(
-                telegram_user_id, query, exclude_id, since, until, role, semantic, started, scope
+            if dated is None:
+                return await self._rankings(
+                    telegram_user_id,
+                    query,
+                    exclude_id,
+                    since,
+                    until,
+                    role,
+                    semantic,
+                    started,
+                    scope,
+                )
+            return await self._dated(
+                telegram_user_id, query, dated, exclude_id, role, semantic, scope
             )
         finally:
             # A refused query, an error or a cancelled search must not leave it running.
             for embedding in started:
                 if not embedding.done():
                     embedding.cancel()
+
+    async def _dated(
+        self,
+        telegram_user_id: int,
+        query: str,
+        dated: DateRange,
+        exclude_id: int | None,
+        role: str | None,
+        semantic: SemanticQuery | None,
+        scope: list[uuid.UUID] | None = None,
+    ) -> Rankings:
+        """Return the rankings of a query naming a date: over the whole history and over
+        the date's range, both without the date's words (they would match every "week")."""
+        text = dated.rest if parse_query(dated.rest).words else query
+        started: list[asyncio.Future[np.ndarray | None]] = []
+        try:
+            found = await self._rankings(
+                telegram_user_id, text, exclude_id, None, None, role, semantic, started, scope
+            )
+            # The query's embedding is made once: the range's ranking reads it again.
+            vector = started[0].result() if started and started[0].done() else None
+            again = (
+                SemanticQuery(vector, semantic.model) if semantic and vector is not None else None
+            )
+            try:
+                within = await self._rankings(
+                    telegram_user_id,
+                    text,
+                    exclude_id,
+                    dated.since,
+                    dated.until,
+                    role,
+                    again,
+                    [],
+                    scope,
+                )
+            except StopWordsOnly:
+                within = Rankings([], None)
+        finally:
+            for embedding in started:
+                if not embedding.done():
+                    embedding.cancel()
+        return replace(found, dated=within)
 
     async def _rankings(
         self,

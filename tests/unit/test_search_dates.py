@@ -1,0 +1,95 @@
+"""Dates named in a search, as a range relative to the question's moment."""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from src.storage.search_dates import date_range
+from src.storage.search_ranking import is_echo, rerank
+
+ZONE = ZoneInfo("Europe/Moscow")
+# A Friday evening.
+NOW = datetime(2026, 3, 13, 20, 0, tzinfo=ZONE)
+
+
+@pytest.mark.parametrize(
+    ("query", "first", "last", "rest"),
+    [
+        (
+            "What did Tom cook last Tuesday?",
+            date(2026, 3, 10),
+            date(2026, 3, 10),
+            "What did Tom cook ?",
+        ),
+        ("what happened on Friday", date(2026, 3, 6), date(2026, 3, 6), "what happened"),
+        ("this past Wednesday", date(2026, 3, 11), date(2026, 3, 11), ""),
+        ("yesterday's concert", date(2026, 3, 12), date(2026, 3, 12), "'s concert"),
+        ("the day before yesterday", date(2026, 3, 11), date(2026, 3, 11), ""),
+        ("three days ago", date(2026, 3, 9), date(2026, 3, 11), ""),
+        ("two weeks ago", date(2026, 2, 24), date(2026, 3, 2), ""),
+        ("a week ago", date(2026, 3, 3), date(2026, 3, 9), ""),
+        ("last weekend", date(2026, 3, 7), date(2026, 3, 8), ""),
+        ("last week", date(2026, 3, 2), date(2026, 3, 8), ""),
+        ("last month", date(2026, 2, 1), date(2026, 2, 28), ""),
+        ("trip in March", date(2026, 3, 1), date(2026, 3, 13), "trip"),
+        ("trip in November", date(2025, 11, 1), date(2025, 11, 30), "trip"),
+        ("что я ел в прошлый вторник", date(2026, 3, 10), date(2026, 3, 10), "что я ел"),
+        ("во вторник", date(2026, 3, 10), date(2026, 3, 10), ""),
+        ("вчера", date(2026, 3, 12), date(2026, 3, 12), ""),
+        ("позавчера", date(2026, 3, 11), date(2026, 3, 11), ""),
+        ("две недели назад", date(2026, 2, 24), date(2026, 3, 2), ""),
+        ("неделю назад", date(2026, 3, 3), date(2026, 3, 9), ""),
+        ("на прошлой неделе", date(2026, 3, 2), date(2026, 3, 8), ""),
+        ("в прошлые выходные", date(2026, 3, 7), date(2026, 3, 8), ""),
+        ("в прошлом месяце", date(2026, 2, 1), date(2026, 2, 28), ""),
+        ("поездка в марте", date(2026, 3, 1), date(2026, 3, 13), "поездка"),
+        ("в среду", date(2026, 3, 11), date(2026, 3, 11), ""),
+    ],
+)
+def test_relative_dates(query: str, first: date, last: date, rest: str) -> None:
+    found = date_range(query, NOW)
+    assert found is not None
+    assert (found.since.date(), found.until.date()) == (
+        first,
+        date.fromordinal(last.toordinal() + 1),
+    )
+    assert found.since.tzinfo is ZONE
+    assert found.rest == rest
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "May I ask about the trip?",
+        "среди друзей",
+        "маяк",
+        "a weekly report",
+        "March 14 plans",
+        "среднее",
+    ],
+)
+def test_no_date(query: str) -> None:
+    assert date_range(query, NOW) is None
+
+
+def test_earlier_askings_of_the_same_question() -> None:
+    query = "What is Tom's new pet called?"
+    assert is_echo(
+        query, "[Текущее время: 2026-03-01 10:00] Remind me, what is Tom's new pet called?"
+    )
+    assert is_echo(query, "what's the name of Tom's new pet called again?")
+    # An answer is no question; a question about something else is no asking again.
+    assert not is_echo(query, "Tom: we brought home a new puppy called Biscuit")
+    assert not is_echo(query, "Tom: what should I cook for the new neighbours on Friday?")
+    rows = [
+        {"id": 1, "role": "user", "content": "Remind me, what is Tom's new pet called?"},
+        {"id": 2, "role": "user", "content": "Maya: did Tom get a pet in the end?"},
+        {"id": 3, "role": "user", "content": "Tom: a puppy, Biscuit!"},
+        {"id": 4, "role": "assistant", "content": "What is Tom's new pet called? Biscuit."},
+    ]
+    scores = {1: 0.5, 2: 0.4, 3: 0.3, 4: 0.1}
+    # The earlier asking goes last; another question keeps a third of its score.
+    assert [r["id"] for r in rerank(query, rows, scores)] == [3, 2, 4, 1]
