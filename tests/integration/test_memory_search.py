@@ -13,13 +13,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from src.services.agent_service import Identity
 from src.storage.conversation_repo import ConversationRepository
-from src.storage.search_repo import (
-    SearchRepository,
-    StopWordsOnly,
-    bm25,
-    parse_query,
-    term_frequencies,
-)
+from src.storage.search_bm25 import StopWordsOnly, bm25, parse_query, term_frequencies
+from src.storage.search_repo import SearchRepository
 
 Pool = AsyncConnectionPool[Any]
 PAVEL = Identity(7101, "pavel", "Pavel", "ru")
