@@ -16,12 +16,13 @@ import logging
 from typing import Any
 
 from procrastinate import App as TaskApp
-from procrastinate import JobContext, PsycopgConnector
+from procrastinate import JobContext, PsycopgConnector, RetryStrategy
 from telegram import Update
 from telegram.error import TelegramError
 
 from src.bot.handlers import ADMITTED
 from src.bot.state import BotState
+from src.services.agent_service import DB_ERRORS
 from src.services.texts import t
 from src.storage.delivery_repo import DeliveryRepository
 
@@ -34,6 +35,13 @@ TASK = "tgagent.handle_update"
 MAX_ATTEMPTS = 5
 # procrastinate's own connections: its LISTEN connection, fetching and finishing jobs.
 QUEUE_CONNECTIONS = 4
+# A job that cannot reach the database (a restart, a pool exhausted under load) tries
+# again within itself, waiting longer each time up to DB_WAIT_MAX, for DB_PATIENCE
+# seconds; then procrastinate runs it again after DB_RETRY_SECONDS, MAX_ATTEMPTS times
+# in all, the last of which apologizes. Failing the job would lose the message.
+DB_WAIT_MAX = 10.0
+DB_PATIENCE = 300.0
+DB_RETRY_SECONDS = 30
 
 
 class UpdateWorker:
@@ -49,8 +57,12 @@ class UpdateWorker:
             conninfo=dsn, min_size=1, max_size=QUEUE_CONNECTIONS, name="tgagent-queue"
         )
         self.tasks = TaskApp(connector=connector)
-        self.tasks.task(name=TASK, queue=QUEUE, pass_context=True)(self.handle)
+        retry = RetryStrategy(
+            max_attempts=MAX_ATTEMPTS, wait=DB_RETRY_SECONDS, retry_exceptions=set(DB_ERRORS)
+        )
+        self.tasks.task(name=TASK, queue=QUEUE, pass_context=True, retry=retry)(self.handle)
         self.running = asyncio.Event()
+        self.stopping = asyncio.Event()
 
     @property
     def repo(self) -> DeliveryRepository:
@@ -60,6 +72,7 @@ class UpdateWorker:
         """Work until `stop` is set; running jobs finish first (their turns end cleanly:
         procrastinate's graceful shutdown has no time limit, and a model call has its
         timeout)."""
+        self.stopping = stop
         async with self.tasks.open_async():
             recovery = asyncio.create_task(self._recover_forever(stop))
             try:
@@ -123,6 +136,24 @@ class UpdateWorker:
                 await asyncio.wait_for(stop.wait(), self.stalled_after / 3)
 
     async def handle(self, context: JobContext, update_id: int) -> None:
+        """Process one stored update, waiting for the database while it cannot be reached.
+
+        Each try starts over, as a run after a dead worker does: a turn that stored its
+        reply only sends it, one that stored the user's message runs on that message.
+        """
+        loop = asyncio.get_running_loop()
+        give_up, wait = loop.time() + DB_PATIENCE, 0.5
+        while True:
+            try:
+                return await self._handle(context, update_id)
+            except DB_ERRORS as exc:
+                if self.stopping.is_set() or loop.time() + wait > give_up:
+                    raise  # procrastinate runs it again later (the task's RetryStrategy)
+                logger.warning("update %s waits %.1f s for the database: %s", update_id, wait, exc)
+                await asyncio.sleep(wait)
+                wait = min(2 * wait, DB_WAIT_MAX)
+
+    async def _handle(self, context: JobContext, update_id: int) -> None:
         """Process one stored update: its turn, or only the sending of its stored reply."""
         row = await self.repo.inbox_row(update_id)
         if row is None or row["done_at"] is not None:

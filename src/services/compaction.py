@@ -49,6 +49,7 @@ from src.services.compacts import (
 )
 from src.services.pending_facts import PendingFacts
 from src.storage.epochs import still_holds
+from src.storage.pg_client import background_context
 
 __all__ = [
     "COMPACT_CHARS",
@@ -301,7 +302,7 @@ class Compactor:
         return await self.pending.allows(owner_id)
 
     def _spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        task = asyncio.create_task(work)
+        task = asyncio.create_task(work, context=background_context())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from src.graph.deps import Embedder
 from src.services.embeddings import RejectedInput
 from src.storage.embedding_repo import EmbeddingRepository, Pending
+from src.storage.pg_client import background_context
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +69,9 @@ class EmbeddingWorker:
             return
         if self.clock() < self._retry_at:
             return  # backing off after a failure; a later kick retries
-        self._task = asyncio.create_task(self._loop(), name="embed-messages")
+        self._task = asyncio.create_task(
+            self._loop(), name="embed-messages", context=background_context()
+        )
 
     async def _loop(self) -> None:
         while True:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import warnings
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -100,10 +103,65 @@ async def check_connection(conn: psycopg.AsyncConnection[Any]) -> None:
         raise psycopg.OperationalError("the connection is broken")
 
 
-def make_pool(dsn: str, min_size: int = 1, max_size: int = 10) -> AsyncConnectionPool[Any]:
-    """Create a closed pool shaped for both our repositories and LangGraph's saver."""
-    return AsyncConnectionPool(
+# Set in the tasks of work that may wait (memory work after a reply, session ends,
+# embeddings): see `Pool`.
+BACKGROUND: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "tgagent_background", default=False
+)
+# Set while the current task holds a background share: a nested checkout is not gated
+# again (a task waiting for a second share while holding one could wait forever).
+_SHARED: contextvars.ContextVar[bool] = contextvars.ContextVar("tgagent_shared", default=False)
+
+
+def background_context() -> contextvars.Context:
+    """Return a copy of the current context marked as background, for `create_task`."""
+    context = contextvars.copy_context()
+    context.run(BACKGROUND.set, True)
+    return context
+
+
+class Pool(AsyncConnectionPool[Any]):
+    """The shared pool, where background work takes at most a share of the connections.
+
+    After a reply, every user's memory work goes on in the background; under load (200
+    users typing at once) hundreds of such tasks wait for a connection, and the pool
+    serves them first come, first served: a turn's job then waited behind all of them,
+    and one gave up after the pool's 30 s (a message lost under CI's load test). Here a
+    background checkout first waits for one of `background_share` places, outside the
+    pool, so the pool's queue never holds more than that many background waiters.
+    """
+
+    def __init__(self, *args: Any, background_share: int = 4, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.background_share = background_share
+        self._gate = asyncio.Semaphore(background_share)
+
+    @asynccontextmanager
+    async def connection(
+        self,
+        timeout: float | None = None,  # noqa: ASYNC109 (the signature it overrides)
+    ) -> AsyncIterator[Any]:
+        if not BACKGROUND.get() or _SHARED.get():
+            async with super().connection(timeout) as conn:
+                yield conn
+            return
+        async with self._gate:
+            token = _SHARED.set(True)
+            try:
+                async with super().connection(timeout) as conn:
+                    yield conn
+            finally:
+                _SHARED.reset(token)
+
+
+def make_pool(dsn: str, min_size: int = 1, max_size: int = 10) -> Pool:
+    """Create a closed pool shaped for both our repositories and LangGraph's saver.
+
+    Background work gets at most half of the connections (see `Pool`).
+    """
+    return Pool(
         dsn,
+        background_share=max(1, max_size // 2),
         min_size=min_size,
         max_size=max_size,
         open=False,

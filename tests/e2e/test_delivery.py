@@ -10,6 +10,8 @@ import copy
 import time
 from typing import Any
 
+from psycopg_pool import PoolTimeout
+
 from src.bot.formatting import split_message
 from src.bot.queue import QUEUE, TASK
 from src.bot.state import state_of
@@ -123,3 +125,28 @@ async def test_a_message_that_waited_too_long_is_kept_and_answered_with_one_sent
     history = " ".join(str(m) for m in llm.requests_for(CHAT_MODEL)[-1]["messages"])
     assert "вопрос часовой давности" in history  # kept, and seen by the next turn
     assert [role for role, _ in await stored(pool, ANN)] == ["user", "user", "assistant"]
+
+
+async def test_a_job_that_cannot_get_a_connection_waits_and_answers_once(
+    start_bot: Any, tg: FakeBotAPI, llm: Any, pool: Any, monkeypatch: Any
+) -> None:
+    """CI's load test lost a message: a job's checkout waited 30 s behind hundreds of
+    memory tasks, raised PoolTimeout, and procrastinate marked the job failed for good."""
+    bot = await start_bot()
+    llm.script_for(CHAT_MODEL, "Всё равно ответ.")
+    delivery = bot.runtime.service.deps.delivery
+    real_reply, failures = delivery.reply, []
+
+    async def exhausted_once(update_id: int, *args: Any) -> Any:
+        if not failures:
+            failures.append(update_id)
+            raise PoolTimeout("couldn't get a connection after 30.00 sec")
+        return await real_reply(update_id, *args)
+
+    monkeypatch.setattr(delivery, "reply", exhausted_once)
+    tg.push_text(ANN, "привет")
+    await tg.await_messages(ANN, 1)
+    await settled(pool)
+    assert failures, "the fault was never met"
+    assert tg.texts_to(ANN) == ["Всё равно ответ."]
+    assert [role for role, _ in await stored(pool, ANN)] == ["user", "assistant"]

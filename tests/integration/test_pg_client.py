@@ -20,6 +20,7 @@ import pytest
 from src.config import load_settings
 from src.storage.pg_client import (
     DatabaseUnavailable,
+    background_context,
     check_connection,
     describe_dsn,
     open_pool,
@@ -224,4 +225,42 @@ async def test_a_connection_the_server_closed_is_replaced(pg_dsn: str) -> None:
             await check_connection(conn)  # a healthy connection passes, and stays usable
             assert (await (await conn.execute("SELECT 1 AS one")).fetchone()) == {"one": 1}
     finally:
+        await pool.close()
+
+
+async def test_background_work_leaves_the_turns_their_connections(pg_dsn: str) -> None:
+    """Hundreds of memory tasks after replies must not queue ahead of a turn in the pool:
+    background checkouts wait for their share (half the pool) outside it, so a turn's
+    checkout finds a free connection while every background task is still waiting."""
+    pool = await open_pool(pg_dsn, 1, 4)
+    release = asyncio.Event()
+    holding = 0
+
+    async def memory_work() -> None:
+        nonlocal holding
+        async with pool.connection() as conn:
+            await conn.execute("SELECT 1")
+            holding += 1
+            await release.wait()
+            # A nested checkout of a task that holds its share is not gated again.
+            async with pool.connection() as inner:
+                await inner.execute("SELECT 2")
+            holding -= 1
+
+    try:
+        background = [
+            asyncio.create_task(memory_work(), context=background_context()) for _ in range(50)
+        ]
+        deadline = time.monotonic() + 10
+        while holding < 2:
+            assert time.monotonic() < deadline, "the background got no connection"
+            await asyncio.sleep(0.01)
+        async with pool.connection(timeout=5) as conn:  # a turn: served at once
+            assert (await (await conn.execute("SELECT 1 AS one")).fetchone()) == {"one": 1}
+        assert holding == 2, "background work took more than its share"
+        release.set()
+        await asyncio.wait_for(asyncio.gather(*background), 30)
+        assert holding == 0
+    finally:
+        release.set()
         await pool.close()

@@ -20,6 +20,8 @@ from collections.abc import Awaitable, Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from src.storage.pg_client import background_context
+
 MAX_DOUBLINGS = 6
 
 
@@ -68,7 +70,8 @@ class Runs:
         async def run() -> Any:
             return await work()
 
-        task = asyncio.create_task(run())
+        # Background: it takes only its share of the pool (src/storage/pg_client.py).
+        task = asyncio.create_task(run(), context=background_context())
         self._tasks[key] = task
         task.add_done_callback(lambda done: self._forget(key, done))
         return task
