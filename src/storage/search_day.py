@@ -11,7 +11,7 @@ conversations, from the owner's time index (sql/0032_search_days.sql).
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -44,7 +44,7 @@ class Found:
     the query named (and nothing else), newest first."""
 
     rows: list[dict[str, Any]]
-    span: Span | None = field(default=None)
+    span: Span | None = None
 
 
 async def messages_in_range(
