@@ -74,6 +74,7 @@ from src.services.embedding_worker import EmbeddingWorker
 from src.services.embeddings import LocalEmbedder
 from src.storage.embedding_repo import EmbeddingRepository, to_bytes
 from src.storage.migrations import migrate
+from src.storage.search_bm25 import StopWordsOnly, parse_query
 from src.storage.search_ranking import (
     RERANK_DEPTH,
     Rankings,
@@ -82,7 +83,8 @@ from src.storage.search_ranking import (
     fuse_scores,
     rerank,
 )
-from src.storage.search_repo import QUERY_TERMS, SearchRepository, StopWordsOnly, parse_query
+from src.storage.search_repo import SearchRepository
+from src.storage.search_sql import QUERY_TERMS
 
 RESULTS = Path(__file__).resolve().parent / "results" / "recall.json"
 K = 10

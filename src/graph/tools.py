@@ -24,8 +24,9 @@ from src.graph.memory.facts import OWN_WORDS_TYPES, own_words
 from src.graph.timestamps import strip_stamp
 from src.storage.erasure_repo import FactKey
 from src.storage.memory_repo import fact_value
+from src.storage.search_bm25 import StopWordsOnly
+from src.storage.search_day import Span
 from src.storage.search_ranking import SemanticQuery
-from src.storage.search_repo import StopWordsOnly
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +92,30 @@ def format_found(rows: list[dict[str, Any]], query: str, deps: GraphDeps) -> str
         if after and len(after) <= NEIGHBOUR_CHARS:
             lines.append(f"  next, #{row['next_number']} {row['next_role']}: {after}")
     return f"Found {len(rows)} message(s) for {query!r}, best match first:\n" + "\n".join(lines)
+
+
+def format_span(rows: list[dict[str, Any]], span: Span, limit: int, deps: GraphDeps) -> str:
+    """Render the messages of the time a query named and nothing else, newest first,
+    saying that they are that time's messages (not matches of its words)."""
+    zone = deps.settings.zone
+    first = span.since.astimezone(zone).date() if span.since else None
+    # `until` is exclusive: the day before it is the last one listed.
+    last = (span.until - timedelta(microseconds=1)).astimezone(zone).date() if span.until else None
+    if first == last:
+        when = f"on {first}"
+    else:
+        when = " ".join(x for x in (first and f"from {first}", last and f"to {last}") if x)
+    if not rows:
+        return f"No messages {when}."
+    more = f" (the newest {limit}: call with a larger limit for more)" if len(rows) >= limit else ""
+    lines = [
+        f"- {when_local(r['created_at'], zone)} #{r['number']} {r['role']}"
+        f"{' (compressed out of the conversation)' if r.get('squashed') else ''}: "
+        f"{_snippet(strip_stamp(r['content']))}"
+        for r in rows
+    ]
+    head = f"The messages {when}, {len(rows)} of them{more}, newest first:"
+    return head + "\n" + "\n".join(lines)
 
 
 def _snippet(content: str) -> str:
@@ -175,7 +200,8 @@ def make_memory_tools(deps: GraphDeps) -> list[BaseTool]:
             query: the words to look for: names, places, things (any of them matches;
                 Russian and English word forms are matched, e.g. "кот" finds "коты";
                 end a word with * to match its beginning, e.g. "ноут*"). A relative date
-                in it ("last Tuesday", "two weeks ago", "в марте") ranks that time first.
+                in it ("last Tuesday", "two weeks ago", "в марте") ranks that time first;
+                a date alone ("what happened yesterday?") lists that day's messages.
             limit: how many messages to return at most (1-50).
             since: only messages from this day on, YYYY-MM-DD in the user's time zone.
             until: only messages up to this day, inclusive, YYYY-MM-DD.
@@ -188,7 +214,7 @@ def make_memory_tools(deps: GraphDeps) -> list[BaseTool]:
         zone = deps.settings.zone
         inside, narrowed = await topic_scope(deps, state, scope)
         try:
-            rows = await deps.search.search_messages(
+            found = await deps.search.find(
                 state["user_id"],
                 query,
                 limit,
@@ -205,7 +231,10 @@ def make_memory_tools(deps: GraphDeps) -> list[BaseTool]:
                 f"The query {query!r} has only common words, which match everything. "
                 "Search for something specific: a name, a place, a thing, a number."
             )
-        return (TOPIC_SCOPE_NOTE if narrowed else "") + format_found(rows, query, deps)
+        note = TOPIC_SCOPE_NOTE if narrowed else ""
+        if found.span is not None:
+            return note + format_span(found.rows, found.span, max(1, min(50, limit)), deps)
+        return note + format_found(found.rows, query, deps)
 
     return [recall_previous_conversations, search_history]
 

@@ -63,6 +63,19 @@ PATTERNS = [
 _COMPILED = [
     (kind, re.compile(rf"(?<!\w)(?:{pattern})(?!\w)", re.IGNORECASE)) for kind, pattern in PATTERNS
 ]
+# Words that ask what was said or done without saying about what: with a date and stop
+# words only, a question asks for the day itself ("what did we talk about yesterday?",
+# "что мы обсуждали вчера?"). Stop words are the search's to drop (by the query's
+# language); these are content words to a stemmer, and would be searched for.
+FILLER = re.compile(
+    r"(?<!\w)(?:happen\w*|going\s+on|went\s+on|up\s+to|say|says|said|tell|told|talk\w*"
+    r"|discuss\w*|chat\w*|speak\w*|spoke\w*|writ\w*|wrote|mention\w*|messag\w*"
+    r"|send|sent|conversations?|anything|something|everything|remind"
+    r"|происход\w*|произош\w*|случ\w*|говор\w*|сказ\w*|обсужд\w*|писа\w*|напис\w*"
+    r"|рассказ\w*|болта\w*|переписк\w*|сообщен\w*|разговор\w*|напомн\w*|покаж\w*"
+    r"|что-(?:то|нибудь)|дела\w*)(?!\w)",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -91,6 +104,12 @@ def date_range(query: str, now: datetime) -> DateRange | None:
         end = datetime.combine(last + timedelta(days=1), time.min, tzinfo=now.tzinfo)
         return DateRange(start, end, rest)
     return None
+
+
+def without_filler(text: str) -> str:
+    """Return `text` without the words that ask what was said or done (`FILLER`): what
+    is left says what the question is about, if anything."""
+    return " ".join(FILLER.sub(" ", text).split())
 
 
 def _span(kind: str, match: re.Match[str], today: date) -> tuple[date, date] | None:

@@ -21,7 +21,8 @@ import numpy as np
 from src.storage.base import Conn, Repository, clean_text
 from src.storage.embedding_repo import EmbeddingRepository, VectorFilter
 from src.storage.search_bm25 import SearchQuery, StopWordsOnly, bm25, parse_query
-from src.storage.search_dates import DateRange, date_range
+from src.storage.search_dates import DateRange, date_range, without_filler
+from src.storage.search_day import Found, Span, messages_in_range
 from src.storage.search_ranking import (
     FUSE_DEPTH,
     LONG_QUERY_WORDS,
@@ -36,126 +37,19 @@ from src.storage.search_ranking import (
     rerank,
     start_embedding,
 )
-
-# Lexical search is BM25 over the owner's own index (sql/0007_search_owner.sql): every
-# user and assistant message carries its lexemes prefixed with its owner's id, so each
-# query term reads one owner's posting list. Words are stemmed (English for Latin
-# letters, Russian otherwise) with no stop words dropped, and CJK runs are indexed as
-# character bigrams (search_words(), sql/0020_recall_defects.sql); the time stamp is not
-# searchable text.
-#
-# The query's content words, each with the lexemes it stems to. Stop words depend on the
-# language: the query's is the one whose stop-word list covers most of its words (ties:
-# the order listed), and only that language's stop words are dropped. An
-# English or Russian stop word can be a content word elsewhere (Spanish "once", eleven).
-QUERY_TERMS = """
-WITH w AS (
-    SELECT w.word, lower(w.word) AS low, w.n
-    FROM unnest(%s::text[]) WITH ORDINALITY AS w(word, n)
-), lang AS (
-    SELECT l.name FROM unnest(ARRAY[
-        -- PostgreSQL's snowball dictionaries that have a stop-word list; ties: this order
-        'english', 'russian', 'danish', 'dutch', 'finnish', 'french', 'german', 'hungarian',
-        'italian', 'norwegian', 'portuguese', 'spanish', 'swedish', 'turkish'
-    ]) WITH ORDINALITY AS l(name, n)
-    JOIN w ON ts_lexize((l.name || '_stem')::regdictionary, w.low) = '{}'
-    GROUP BY l.name, l.n ORDER BY count(*) DESC, l.n LIMIT 1
+from src.storage.search_sql import (
+    CANDIDATES_COMMON,
+    CANDIDATES_RARE,
+    COMMON_SCAN,
+    DF_CAP,
+    HITS,
+    IN_SCOPE,
+    PER_TERM,
+    QUERY_TERMS,
+    SEARCH_SUBSTRING,
+    SUBSTRING_SCAN,
+    TERM_STATS,
 )
-SELECT w.word, array(SELECT lexeme FROM unnest(search_words(w.word))) AS lexemes
-FROM w LEFT JOIN lang ON true
-WHERE lang.name IS NULL OR ts_lexize((lang.name || '_stem')::regdictionary, w.low) <> '{}'
-ORDER BY w.n
-"""
-# Document frequency per term, counted up to a cap (a term in more messages than that is
-# common: its weight is near zero anyway), and the owner's message count.
-TERM_STATS = """
-SELECT t.n, (
-    SELECT count(*) FROM (
-        SELECT 1 FROM messages m
-        WHERE m.search_vector @@ owner_term(%(user)s, t.lexeme, t.prefix) LIMIT %(cap)s
-    ) d
-) AS df
-FROM unnest(%(lexemes)s::text[], %(prefixes)s::bool[]) WITH ORDINALITY AS t(lexeme, prefix, n)
-UNION ALL
-SELECT 0, coalesce(sum(next_message_number - 1), 0) FROM conversations
-WHERE telegram_user_id = %(user)s
-"""
-# Candidates: a term's newest `per_term` matching messages (all of a rare term's), with
-# their vectors. A bare LIMIT over the postings returned the OLDEST matches (they come
-# back in the table's physical order). A term matched by fewer than DF_CAP messages
-# reads its postings and keeps the newest; a more common one reads the owner's newest
-# COMMON_SCAN messages from the newest back (messages_owner_recent_idx) and stops at
-# `per_term` matches, so its cost never grows with the history.
-CANDIDATES_RARE = """
-SELECT DISTINCT c.id, c.vector, c.created_at FROM
-unnest(%(lexemes)s::text[], %(prefixes)s::bool[]) AS t(lexeme, prefix),
-LATERAL (
-    SELECT m.id, m.search_vector::text AS vector, m.created_at FROM messages m
-    WHERE m.search_vector @@ owner_term(%(user)s, t.lexeme, t.prefix)
-      AND m.role = ANY(%(roles)s) AND m.id <> %(exclude)s
-      AND (%(since)s::timestamptz IS NULL OR m.created_at >= %(since)s::timestamptz)
-      AND (%(until)s::timestamptz IS NULL OR m.created_at < %(until)s::timestamptz)
-      AND (%(scope)s::uuid[] IS NULL OR m.conversation_id = ANY(%(scope)s::uuid[]))
-    ORDER BY m.id DESC LIMIT %(per_term)s
-) c
-"""
-CANDIDATES_COMMON = """
-SELECT DISTINCT c.id, c.vector, c.created_at FROM
-unnest(%(lexemes)s::text[], %(prefixes)s::bool[]) AS t(lexeme, prefix),
-LATERAL (
-    SELECT m.id, m.search_vector::text AS vector, m.created_at FROM (
-        SELECT m.id, m.search_vector, m.created_at, m.role, m.conversation_id FROM messages m
-        WHERE m.owner_id = %(user)s AND m.search_vector IS NOT NULL
-        ORDER BY m.id DESC LIMIT %(scan)s
-    ) m
-    WHERE m.search_vector @@ owner_term(%(user)s, t.lexeme, t.prefix)
-      AND m.role = ANY(%(roles)s) AND m.id <> %(exclude)s
-      AND (%(since)s::timestamptz IS NULL OR m.created_at >= %(since)s::timestamptz)
-      AND (%(until)s::timestamptz IS NULL OR m.created_at < %(until)s::timestamptz)
-      AND (%(scope)s::uuid[] IS NULL OR m.conversation_id = ANY(%(scope)s::uuid[]))
-    ORDER BY m.id DESC LIMIT %(per_term)s
-) c
-"""
-COMMON_SCAN = 20000
-# The hits themselves, each with the next user or assistant message of its conversation
-# (a question's answer is often the next message).
-HITS = """
-SELECT m.id, m.conversation_id, m.number, m.role, m.content, m.created_at,
-       m.squashed_at IS NOT NULL AS squashed,
-       nb.role AS next_role, nb.number AS next_number, nb.content AS next_content
-FROM messages m
-LEFT JOIN LATERAL (
-    SELECT n.role, n.number, n.content FROM messages n
-    WHERE n.conversation_id = m.conversation_id AND n.id > m.id
-      AND n.role IN ('user', 'assistant')
-      AND NOT (n.meta IS NOT NULL AND n.meta ? 'frs_summary')
-    ORDER BY n.id LIMIT 1
-) nb ON true
-WHERE m.id = ANY(%(ids)s) AND m.owner_id = %(user)s
-"""
-DF_CAP = 5000
-PER_TERM = 300
-
-# No searchable word (a code, a symbol): the phrase as a substring of the owner's newest
-# SUBSTRING_SCAN messages only, so the cost never grows with the history.
-SEARCH_SUBSTRING = """
-SELECT m.id FROM (
-    SELECT m.id FROM messages m
-    WHERE m.owner_id = %(user)s AND m.search_vector IS NOT NULL
-    ORDER BY m.id DESC LIMIT %(scan)s
-) recent JOIN messages m ON m.id = recent.id
-WHERE m.role = ANY(%(roles)s) AND m.id <> %(exclude)s
-  AND (%(since)s::timestamptz IS NULL OR m.created_at >= %(since)s::timestamptz)
-  AND (%(until)s::timestamptz IS NULL OR m.created_at < %(until)s::timestamptz)
-  AND (%(scope)s::uuid[] IS NULL OR m.conversation_id = ANY(%(scope)s::uuid[]))
-  -- the plain match first: it is cheap, and only its rare hits pay for search_text()
-  AND m.content ILIKE %(pattern)s AND search_text(m.content) ILIKE %(pattern)s
-ORDER BY m.created_at DESC, m.id DESC LIMIT %(limit)s
-"""
-SUBSTRING_SCAN = 5000
-# A search in a scope (a topic's conversations): which of the owner's embedded messages
-# are in it.
-IN_SCOPE = "SELECT id FROM messages WHERE id = ANY(%s) AND conversation_id = ANY(%s::uuid[])"
 
 ROLES = ("user", "assistant")
 
@@ -198,22 +92,66 @@ class SearchRepository(Repository):
         `next_number`, `next_content`). With `now` (the moment of the question) a
         date the query names ("last Tuesday", "в марте") ranks that range's messages
         first. The user's earlier askings of the same question go after the other hits.
-        Raises StopWordsOnly when the query's words are all too common to search for.
+        A query that names a time and nothing else ("what happened yesterday?", or stop
+        words with `since`/`until`) returns that time's messages, newest first (`find`
+        says so). Raises StopWordsOnly when the query's words are all too common to
+        search for and it names no time.
         """
-        found = await self.rankings(
-            telegram_user_id, query, exclude_id, since, until, role, semantic, scope, now
+        found = await self.find(
+            telegram_user_id, query, limit, exclude_id, since, until, role, semantic, scope, now
         )
+        return found.rows
+
+    async def find(
+        self,
+        telegram_user_id: int,
+        query: str,
+        limit: int = 10,
+        exclude_id: int | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        role: str | None = None,
+        semantic: SemanticQuery | None = None,
+        scope: list[uuid.UUID] | None = None,
+        now: datetime | None = None,
+    ) -> Found:
+        """Search as `search_messages` does, and say whether the rows are the messages
+        of the time the query names (`Found.span`) rather than hits."""
+        if role is not None and role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, not {role!r}")
         limit = max(1, min(50, limit))
+        dated = date_range(query, now) if now and since is None and until is None else None
+        span = Span(dated.since, dated.until) if dated else None
+        span = span or (Span(since, until) if since or until else None)
+
+        async def listed() -> Found:
+            assert span is not None
+            roles = [role] if role else list(ROLES)
+            rows = await messages_in_range(
+                self.pool, telegram_user_id, span, limit, roles, exclude_id, scope
+            )
+            return Found(rows, span)
+
+        if dated is not None and not await self._has_terms(without_filler(dated.rest)):
+            return await listed()
+        try:
+            found = await self.rankings(
+                telegram_user_id, query, exclude_id, since, until, role, semantic, scope, now
+            )
+        except StopWordsOnly:
+            if span is None:
+                raise
+            return await listed()
         # More than asked: the answers the user's own questions pushed down.
         scored = fuse_scores(found.weighted(self.semantic_weight))[: max(RERANK_DEPTH, limit)]
         if not scored:
-            return []
+            return Found([])
         best = [message_id for message_id, _score in scored]
         async with self.pool.connection() as c:
             cur = await c.execute(HITS, {"ids": best, "user": telegram_user_id})
             hits = {r["id"]: r for r in await cur.fetchall()}
         rows = [hits[i] for i in best if i in hits]
-        return rerank(query, rows, dict(scored))[:limit]
+        return Found(rerank(query, rows, dict(scored))[:limit])
 
     async def rankings(
         self,
@@ -349,6 +287,18 @@ class SearchRepository(Repository):
             lexical, self._semantic(semantic.model, embedding, params)
         )
         return Rankings(found, closest)
+
+    async def _has_terms(self, text: str) -> bool:
+        """Tell whether `text` has a word to search for (not a stop word of its language)."""
+        parsed = parse_query(text)
+        if not parsed.words:
+            return False
+        async with self.pool.connection() as c:
+            try:
+                await self._terms(c, parsed)
+            except StopWordsOnly:
+                return False
+        return True
 
     async def _terms(self, c: Conn, parsed: SearchQuery) -> tuple[list[str], set[str], list[str]]:
         """Return the query's lexemes, those asked as prefixes and its content words;

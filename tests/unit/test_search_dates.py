@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from src.storage.search_dates import date_range
+from src.storage.search_dates import date_range, without_filler
 from src.storage.search_ranking import is_echo, rerank
 
 ZONE = ZoneInfo("Europe/Moscow")
@@ -73,6 +73,30 @@ def test_relative_dates(query: str, first: date, last: date, rest: str) -> None:
 )
 def test_no_date(query: str) -> None:
     assert date_range(query, NOW) is None
+
+
+@pytest.mark.parametrize(
+    ("query", "left"),
+    [
+        # A date and words that only ask what was said or done: nothing else to search.
+        ("what happened yesterday?", "what ?"),
+        ("What did I say last Tuesday?", "What did I ?"),
+        ("what did we talk about two weeks ago", "what did we about"),
+        ("what was going on last weekend?", "what was ?"),
+        ("что было вчера?", "что было ?"),
+        ("что мы обсуждали в прошлую среду?", "что мы ?"),
+        ("о чём я писал позавчера", "о чём я"),
+        ("напомни, что случилось на прошлой неделе", ", что"),
+        # Something to search for stays.
+        ("what did Tom cook last Tuesday?", "what did Tom cook ?"),
+        ("what did I say about the concert yesterday", "what did I about the concert"),
+        ("что я ел вчера", "что я ел"),
+    ],
+)
+def test_what_a_dated_question_asks_for_besides_the_date(query: str, left: str) -> None:
+    found = date_range(query, NOW)
+    assert found is not None
+    assert without_filler(found.rest) == left
 
 
 def test_earlier_askings_of_the_same_question() -> None:
