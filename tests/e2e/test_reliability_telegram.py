@@ -113,8 +113,11 @@ async def test_refused_formatting_falls_back_to_plain_text(
     start_bot: Any, tg: FakeBotAPI, llm: Any, pool: Any, record_property: Any
 ) -> None:
     user = 8102
-    # Room for the long reply below under its output cap, which the fake server honours.
-    await start_bot(telegram_reply_format="markdown", llm_max_output_tokens=4096)
+    # Room for the long reply below under its output cap, which the fake server honours;
+    # not streamed: on a loaded machine a slow turn's live message is one more sendMessage.
+    await start_bot(
+        telegram_reply_format="markdown", llm_max_output_tokens=4096, stream_replies=False
+    )
     tg.reject_parse_mode = True  # every formatted message is refused
     paragraphs = [f"**Часть {i}.** " + "Текст с `кодом` и *курсивом*. " * 70 for i in range(3)]
     paragraphs = [p.strip() for p in paragraphs]
