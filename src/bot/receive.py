@@ -26,11 +26,10 @@ from urllib.parse import urlsplit
 from telegram import CallbackQuery, Message, Update
 from telegram.error import Conflict, InvalidToken, NetworkError, RetryAfter, TelegramError, TimedOut
 
-from src.bot.chats import command_name, is_anonymous_admin, is_forged
+from src.bot.chats import command_name, is_anonymous_admin, is_forged, topic_of
 from src.bot.commands import (
     MODEL_DATA,
     lang_of_message,
-    memory_pressed,
     model_pressed,
     request_stop,
     say,
@@ -38,6 +37,7 @@ from src.bot.commands import (
 from src.bot.data_commands import ERASE_DATA, erase_pressed
 from src.bot.handlers import ACCEPT, IGNORE, Verdict, admission
 from src.bot.live import stopped_turn
+from src.bot.memory_commands import memory_pressed
 from src.bot.memory_view import MEMORY_DATA
 from src.bot.queue import QUEUE, TASK
 from src.bot.state import BotState
