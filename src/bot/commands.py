@@ -158,7 +158,12 @@ async def cmd_stop(update: Update, context: Context) -> None:
     message, state = message_of(update), state_of(context)
     lang = lang_of_message(message)
     result = await request_stop(
-        state, context.bot, message.chat_id, message.from_user, is_anonymous_admin(message)
+        state,
+        context.bot,
+        message.chat_id,
+        message.from_user,
+        is_anonymous_admin(message),
+        topic=topic_of(message),
     )
     if result != "stopped":
         await say(
@@ -173,9 +178,11 @@ async def request_stop(
     user: User | None,
     admin: bool = False,
     turn: int | None = None,
+    topic: int | None = None,
 ) -> str:
-    """Stop a chat's running turn (`turn`: only that update's, as a Stop button asks)
-    for `user`: "stopped", "not_yours" or "none".
+    """Stop a chat's running turn (`turn`: only that update's, as a Stop button asks;
+    `topic`: only one answering in that topic, as /stop in a topic asks) for `user`:
+    "stopped", "not_yours" or "none".
 
     In a group, the one who asked may stop it, and so may an administrator (asked of
     Telegram only when the one stopping did not ask).
@@ -184,10 +191,10 @@ async def request_stop(
         return "none"
     stops = state.stops
     if stops is None:  # this process does not listen (tests building handlers alone)
-        return state.live.stop(chat_id, user.id, admin, turn) or "none"
-    result = await stops.request(chat_id, user.id, admin, turn)
+        return state.live.stop(chat_id, user.id, admin, turn, topic) or "none"
+    result = await stops.request(chat_id, user.id, admin, turn, topic)
     if result == "not_yours" and await state.group_admins.is_admin(bot, chat_id, user.id):
-        result = await stops.request(chat_id, user.id, admin=True, turn=turn)
+        result = await stops.request(chat_id, user.id, admin=True, turn=turn, topic=topic)
     return result
 
 

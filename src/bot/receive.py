@@ -179,11 +179,17 @@ class Receiver:
             logger.warning("could not move group %s to %s", old, new, exc_info=True)
 
     async def _stop(self, message: Message) -> None:
-        """/stop: end the chat's running turn, in whichever process runs it."""
+        """/stop: end the chat's running turn in the message's topic, in whichever
+        process runs it."""
         bot, lang = self.app.bot, lang_of_message(message)
         try:
             result = await request_stop(
-                self.state, bot, message.chat_id, message.from_user, is_anonymous_admin(message)
+                self.state,
+                bot,
+                message.chat_id,
+                message.from_user,
+                is_anonymous_admin(message),
+                topic=topic_of(message),
             )
             if result != "stopped":
                 key = "stop_not_yours" if result == "not_yours" else "nothing_to_stop"

@@ -209,3 +209,29 @@ async def test_new_topic_creates_a_private_topic_where_the_chat_allows_it(
     topic = created["message_thread_id"]
     reply = await ask(tg, ANN, "едем на море", ANN, topic=topic)
     assert thread_of(reply) == topic and topic in await conversations(pool, ANN)
+
+
+async def test_stop_in_one_topic_leaves_another_topics_answer_running(
+    start_bot: Any, tg: FakeBotAPI, llm: Any
+) -> None:
+    await start_bot()
+    tg.open_forum(FORUM)
+    cats, trips = tg.create_topic(FORUM, "Cats"), tg.create_topic(FORUM, "Trips")
+    llm.stream_delay, llm.stream_words = 0.1, True
+    words = " ".join(f"word{i}" for i in range(80))
+    llm.script_for(CHAT_MODEL, words)
+    tg.push_text(ANN, f"{BOT} count", **IN_FORUM, topic=trips)
+    await until(lambda: bool(tg.messages_to(FORUM)), 20)
+    [live] = tg.messages_to(FORUM)
+    assert thread_of(live) == trips
+    # /stop in Cats: nothing runs there; Trips' answer goes on.
+    tg.push_text(ANN, "/stop", **IN_FORUM, topic=cats)
+    await until(lambda: any(m["text"] == t("nothing_to_stop", "ru") for m in tg.messages_to(FORUM)))
+    said = next(m for m in tg.messages_to(FORUM) if m["text"] == t("nothing_to_stop", "ru"))
+    assert thread_of(said) == cats
+    assert not any("⏹" in m["text"] for m in tg.messages_to(FORUM))
+    # /stop in Trips stops it.
+    tg.push_text(ANN, "/stop", **IN_FORUM, topic=trips)
+    await until(lambda: any("⏹" in m["text"] for m in tg.messages_to(FORUM)), 20)
+    stopped = next(m for m in tg.messages_to(FORUM) if "⏹" in m["text"])
+    assert stopped["message_id"] == live["message_id"] and words not in stopped["text"]
