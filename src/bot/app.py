@@ -93,6 +93,7 @@ async def _post_init(app: App) -> None:
         state.runtime.deps.delivery,
         on_blocked=state.reminders_gone,
         on_migrated=state.chat_migrated,
+        on_thread_gone=state.topic_gone,
     )
     if state.access.open:
         logger.warning(
