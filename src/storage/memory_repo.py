@@ -282,8 +282,7 @@ class MemoryRepository(Repository):
         conn: Conn | None = None,
         members: Sequence[int] = (GROUP,),
     ) -> list[dict[str, Any]]:
-        """Return the current facts of the owner's `members` (GROUP: the owner's own),
-        most important first (then the newest)."""
+        """Return the `members`' current facts, most important first (then the newest)."""
         async with self._conn(conn) as c:
             cur = await c.execute(SELECT_FACTS, (telegram_user_id, list(members), limit))
             return list(await cur.fetchall())
@@ -310,8 +309,7 @@ class MemoryRepository(Repository):
         conn: Conn | None = None,
         member: int = GROUP,
     ) -> list[str]:
-        """Return the keys of the most important current facts of the owner's `member`
-        (GROUP: the owner's own; `limit` None: all)."""
+        """Return the keys of the `member`'s most important current facts (None: all)."""
         async with self._conn(conn) as c:
             cur = await c.execute(SELECT_FACT_KEYS, (telegram_user_id, member, limit))
             return [row["key"] for row in await cur.fetchall()]

@@ -7,8 +7,10 @@ real PostgreSQL.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
+from src.services.agent_service import Identity
 from src.services.texts import t
 from tests.e2e.conftest import CHAT_MODEL, SIDE_MODEL, until
 from tests.fakes.bot_api_server import FakeBotAPI
@@ -155,3 +157,27 @@ async def test_remember_fact_in_a_group_is_the_authors(
     llm.script_for(CHAT_MODEL, {"tool_calls": [forget]}, "Forgot.")
     await say(tg, ANN, f"{BOT} forget my tea", "Ann")
     assert await facts(pool) == {(BOB, "tea", "oolong")}  # Ann has no tea to forget
+
+
+async def test_a_groups_export_and_erase_cover_its_members_facts(
+    start_bot: Any, tg: FakeBotAPI, pool: Any
+) -> None:
+    bot = await start_bot()
+    service, memory = bot.runtime.service, bot.runtime.deps.memory
+    await memory.upsert_fact(GROUP, "project", "Apollo")
+    await memory.upsert_fact(GROUP, "city", "Paris", member=ANN)
+    await memory.upsert_fact(GROUP, "city", "Rome", member=ANN)  # Paris becomes history
+    await memory.upsert_fact(ANN, "pet", "Rex")  # her private chat's: not the group's
+    [as_json, _] = await service.export(Identity(GROUP))
+    exported = {(f["member_id"], f["key"], f["value"]) for f in json.loads(as_json.data)["facts"]}
+    assert exported == {(0, "project", "Apollo"), (ANN, "city", "Rome")}
+    [city] = [f for f in json.loads(as_json.data)["facts"] if f["key"] == "city"]
+    assert [h["value"] for h in city["history"]] == ["Paris"]
+    await service.erase(Identity(GROUP))
+    assert await facts(pool) == set()
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT count(*) AS n FROM facts WHERE telegram_user_id = %s", (GROUP,)
+        )
+        assert (await cur.fetchone())["n"] == 0  # history too
+    assert [f["value"] for f in await memory.list_facts(ANN)] == ["Rex"]
