@@ -12,6 +12,7 @@ from telegram.request import BaseRequest
 from src.bot import handlers
 from src.bot.data_commands import DATA_COMMANDS
 from src.bot.jobs import schedule_jobs
+from src.bot.memory_commands import MEMORY_COMMANDS
 from src.bot.menus import publish_menus
 from src.bot.outbox import Outbox
 from src.bot.queue import UpdateWorker
@@ -76,7 +77,7 @@ def build_application(
     )
     app.bot_data[BOT_DATA_KEY] = BotState.from_settings(settings, runtime)
     # Before the others: their handler of unknown commands would take these.
-    for name, callback in DATA_COMMANDS.items():
+    for name, callback in (DATA_COMMANDS | MEMORY_COMMANDS).items():
         app.add_handler(CommandHandler(name, callback))
     handlers.register(app)
     return app
@@ -92,6 +93,7 @@ async def _post_init(app: App) -> None:
         state.runtime.deps.delivery,
         on_blocked=state.reminders_gone,
         on_migrated=state.chat_migrated,
+        on_thread_gone=state.topic_gone,
     )
     if state.access.open:
         logger.warning(

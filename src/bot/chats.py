@@ -92,8 +92,8 @@ def topic_of(message: Message) -> int:
 
 
 def identity_of(message: Message) -> Identity:
-    """Return whose memory the message uses: the user in private, the chat in groups,
-    in the message's topic."""
+    """Return whose memory the message uses: the user in private, the chat in groups
+    (with the member who wrote it), in the message's topic."""
     user = message.from_user
     language = user.language_code if user else None
     topic = topic_of(message)
@@ -101,7 +101,18 @@ def identity_of(message: Message) -> Identity:
         return Identity(user.id, user.username, user.first_name, language, user.id, topic)
     chat = message.chat
     sender = user.id if user is not None else None
-    return Identity(chat.id, chat.username, chat.title, language, sender, topic)
+    return Identity(chat.id, chat.username, chat.title, language, sender, topic, member_of(message))
+
+
+def member_of(message: Message) -> int:
+    """Return the group member who wrote the message, by the user id the update carries
+    (`from.id`): their facts are theirs. 0 in a private chat and for a message the group
+    or a channel sends as itself (`sender_chat`: an anonymous administrator), whose facts
+    are the group's."""
+    user = message.from_user
+    if is_private(message) or message.sender_chat is not None or user is None:
+        return 0
+    return user.id
 
 
 def author_name(message: Message) -> str:

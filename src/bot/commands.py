@@ -1,5 +1,6 @@
-"""The bot's commands: /start, /help, /new, /forget, /mute, /memory, /compress, /stop,
-/model, /usage, and unknown ones (/export and /erase: src/bot/data_commands.py)."""
+"""The bot's commands: /start, /help, /new, /forget, /mute, /compress, /stop, /model,
+/usage, and unknown ones (/export and /erase: src/bot/data_commands.py; /memory:
+src/bot/memory_commands.py)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,7 @@ from telegram.constants import ChatType
 from telegram.error import BadRequest, TelegramError
 from telegram.ext import ApplicationHandlerStop, ContextTypes
 
-from src.bot.chats import identity_of, is_anonymous_admin, is_private
-from src.bot.memory_view import COMPACT, FACT, PAGE, memory_page, parse_press
+from src.bot.chats import identity_of, is_anonymous_admin, is_private, topic_of
 from src.bot.sending import reply_text, typing
 from src.bot.state import BotState, state_of
 from src.services.agent_service import Identity
@@ -29,8 +29,6 @@ from src.services.usage_report import UsageReports, render_owner, render_top
 logger = logging.getLogger(__name__)
 
 Context = ContextTypes.DEFAULT_TYPE
-CLEAR_WORDS = ("clear", "очистить")
-FORGET_WORDS = ("forget", "забыть", "забудь")
 # The /model buttons' data: "model:<position in the offered models>".
 MODEL_DATA = "model:"
 ALL_WORDS = ("all", "все", "всё")
@@ -54,19 +52,23 @@ async def say(message: Message, text: str) -> None:
     await reply_text(message, text, quote=not is_private(message))
 
 
-async def may_change_memory(message: Message, context: Context) -> bool:
-    """Tell whether the author may wipe or rewrite this chat's memory; if not, say so.
-
-    Anyone in a private chat; in a group, its administrators only (an anonymous one
-    writes as the group itself).
-    """
+async def may_change_chat(message: Message, context: Context) -> bool:
+    """Tell whether the author may wipe or rewrite this chat's memory: anyone in a private
+    chat; in a group, its administrators only (an anonymous one writes as the group)."""
     if is_private(message) or is_anonymous_admin(message):
         return True
     user = message.from_user
-    if user is not None and await state_of(context).group_admins.is_admin(
+    return user is not None and await state_of(context).group_admins.is_admin(
         context.bot, message.chat_id, user.id
-    ):
+    )
+
+
+async def may_change_memory(message: Message, context: Context) -> bool:
+    """Tell whether the author may wipe or rewrite this chat's memory; if not, say so
+    (see `may_change_chat`)."""
+    if await may_change_chat(message, context):
         return True
+    user = message.from_user
     logger.info("user %s is not an administrator of chat %s", user and user.id, message.chat_id)
     await say(message, t("group_admins_only", lang_of_message(message)))
     return False
@@ -135,77 +137,6 @@ async def cmd_mute(update: Update, context: Context) -> None:
         await say(message, t("unmuted" if enabled else "muted", lang_of_message(message)))
 
 
-async def cmd_memory(update: Update, context: Context) -> None:
-    """/memory: what the bot keeps, in pages with a delete button per item; /memory
-    forget KEY: delete one fact; /memory clear: delete facts and past conversations."""
-    message, state = message_of(update), state_of(context)
-    lang, identity = lang_of_message(message), identity_of(message)
-    word = context.args[0].lower() if context.args else ""
-    async with state.order.hold(message.chat_id):
-        if word in CLEAR_WORDS:
-            if not await may_change_memory(message, context):
-                return
-            facts, compacts = await state.service.clear_memory(identity)
-            await say(message, t("memory_cleared", lang, facts=facts, compacts=compacts))
-            return
-        if word in FORGET_WORDS:
-            await forget_fact(message, context, " ".join((context.args or [])[1:]))
-            return
-        page = memory_page(await state.service.memory_report(identity), lang)
-        await message.reply_text(
-            page.text, reply_markup=page.markup, do_quote=not is_private(message)
-        )
-
-
-async def forget_fact(message: Message, context: Context, key: str) -> None:
-    """/memory forget KEY: delete the fact the user names (in a group, an administrator)."""
-    lang = lang_of_message(message)
-    if not key.strip():
-        await say(message, t("memory_forget_usage", lang))
-        return
-    if not await may_change_memory(message, context):
-        return
-    forgotten = await state_of(context).service.forget_fact(identity_of(message), key)
-    if forgotten is None:
-        await say(message, t("memory_no_such_fact", lang, name=key.strip()))
-    else:
-        await say(message, t("memory_forgot", lang, name=forgotten))
-
-
-async def memory_pressed(state: BotState, bot: Bot, query: CallbackQuery) -> None:
-    """A press of a /memory button: turn the page, or delete the item (in a group, an
-    administrator only; a stranger's press is refused and changes nothing)."""
-    press, lang = parse_press(query.data), query.from_user.language_code
-    if press is None or query.message is None:
-        await query.answer()
-        return
-    identity = await pressing_owner(state, bot, query, admin=press.kind != PAGE)
-    if identity is None:
-        await query.answer(t("group_admins_only", lang))
-        return
-    note = None
-    if press.kind in (FACT, COMPACT):
-        note = await _delete_item(state, identity, press.kind, press.item_id)
-    page = memory_page(await state.service.memory_report(identity), lang, press.page)
-    await query.answer(note)
-    try:
-        await query.edit_message_text(page.text, reply_markup=page.markup)
-    except TelegramError as exc:  # "message is not modified": the same page again
-        logger.debug("could not show the /memory page: %s", exc)
-
-
-async def _delete_item(state: BotState, identity: Identity, kind: str, item_id: int) -> str:
-    """Delete the owner's fact or compact `item_id`; return what to tell the presser."""
-    lang = identity.language_code
-    if kind == COMPACT:
-        gone = await state.service.forget_compact(identity, item_id)
-        return t("memory_compact_forgot" if gone else "memory_gone", lang)
-    report = await state.service.memory_report(identity)
-    key = next((f["key"] for f in report["facts"] if f.get("id") == item_id), None)
-    forgotten = await state.service.forget_fact(identity, key) if key is not None else None
-    return t("memory_forgot", lang, name=forgotten) if forgotten else t("memory_gone", lang)
-
-
 async def cmd_compress(update: Update, context: Context) -> None:
     """/compress [focus]: ask the model to compress the conversation's older part."""
     message, state = message_of(update), state_of(context)
@@ -227,7 +158,12 @@ async def cmd_stop(update: Update, context: Context) -> None:
     message, state = message_of(update), state_of(context)
     lang = lang_of_message(message)
     result = await request_stop(
-        state, context.bot, message.chat_id, message.from_user, is_anonymous_admin(message)
+        state,
+        context.bot,
+        message.chat_id,
+        message.from_user,
+        is_anonymous_admin(message),
+        topic=topic_of(message),
     )
     if result != "stopped":
         await say(
@@ -242,9 +178,11 @@ async def request_stop(
     user: User | None,
     admin: bool = False,
     turn: int | None = None,
+    topic: int | None = None,
 ) -> str:
-    """Stop a chat's running turn (`turn`: only that update's, as a Stop button asks)
-    for `user`: "stopped", "not_yours" or "none".
+    """Stop a chat's running turn (`turn`: only that update's, as a Stop button asks;
+    `topic`: only one answering in that topic, as /stop in a topic asks) for `user`:
+    "stopped", "not_yours" or "none".
 
     In a group, the one who asked may stop it, and so may an administrator (asked of
     Telegram only when the one stopping did not ask).
@@ -253,10 +191,10 @@ async def request_stop(
         return "none"
     stops = state.stops
     if stops is None:  # this process does not listen (tests building handlers alone)
-        return state.live.stop(chat_id, user.id, admin, turn) or "none"
-    result = await stops.request(chat_id, user.id, admin, turn)
+        return state.live.stop(chat_id, user.id, admin, turn, topic) or "none"
+    result = await stops.request(chat_id, user.id, admin, turn, topic)
     if result == "not_yours" and await state.group_admins.is_admin(bot, chat_id, user.id):
-        result = await stops.request(chat_id, user.id, admin=True, turn=turn)
+        result = await stops.request(chat_id, user.id, admin=True, turn=turn, topic=topic)
     return result
 
 
@@ -384,7 +322,6 @@ COMMANDS = {
     "new": cmd_new,
     "forget": cmd_forget,
     "mute": cmd_mute,
-    "memory": cmd_memory,
     "compress": cmd_compress,
     "stop": cmd_stop,
     "model": cmd_model,

@@ -39,6 +39,7 @@ from src.bot.media import (
     until_stopped,
     uploads_of,
 )
+from src.bot.outbox import TOPIC_GONE
 from src.bot.replies import said_text
 from src.bot.sending import reply_text, typing
 from src.bot.state import BotState, state_of
@@ -290,6 +291,8 @@ async def answer(
     if reply is None:
         return
     status = await state.outbox.deliver(context.bot, reply, live_id=live_id, edit_at=live.edit_at())
+    if status == TOPIC_GONE:
+        return  # the topic is deleted: nothing more can be said there
     if status == "rejected":
         # Telegram refused the reply itself (logged with its reason): say so.
         await say(message, t("internal_error", lang))

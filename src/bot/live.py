@@ -305,13 +305,23 @@ class LiveTurns:
         if self._by_chat.get(live.chat_id) is live:
             del self._by_chat[live.chat_id]
 
-    def stop(self, chat_id: int, user_id: int, admin: bool, turn: int | None = None) -> str | None:
-        """Stop the chat's live turn here (`turn`: only if it is that one); return
-        "stopped", "not_yours" (a group member who neither asked nor administers), or
-        None when no such turn of the chat runs here."""
+    def stop(
+        self,
+        chat_id: int,
+        user_id: int,
+        admin: bool,
+        turn: int | None = None,
+        topic: int | None = None,
+    ) -> str | None:
+        """Stop the chat's live turn here (`turn`: only if it is that one; `topic`: only
+        if it answers in that topic, 0 the General one); return "stopped", "not_yours" (a
+        group member who neither asked nor administers), or None when no such turn of
+        the chat runs here."""
         live = self._by_chat.get(chat_id)
         if live is None or turn not in (None, live.turn):
             return None
+        if topic is not None and (live.thread_id or 0) != topic:
+            return None  # /stop in one topic never stops another topic's answer
         if not (live.private or admin or live.asker in (None, user_id)):
             return "not_yours"
         live.stream.stop.set()

@@ -94,7 +94,9 @@ def _fact_line(number: int, fact: dict[str, Any], lang: str | None) -> str:
     kind = fact.get("type") or "fact"
     label = f" ({t('fact_type_' + kind, lang)})" if kind in LABELLED_TYPES else ""
     key, value = fact_key(fact.get("key", "?")), fact_value(fact.get("value", ""))
-    line = f"{number}. {key}: {value}{label}"
+    # In a group: the asking member's own fact (the others shown are the group's).
+    whose = t("memory_yours", lang) if fact.get("member_id") else ""
+    line = f"{number}. {whose}{key}: {value}{label}"
     previous, until = fact.get("previous_value"), fact.get("previous_until")
     if previous:
         date = f"{until:%Y-%m-%d}" if isinstance(until, datetime) else "?"

@@ -5,7 +5,10 @@ so a resend after a crash starts at the first part not sent. 429 waits `retry_af
 (as often as Telegram asks), 5xx and timeouts retry with backoff, 403 marks the reply
 `blocked` (the user blocked the bot), a 400 about the part's formatting sends it again
 unformatted, a group upgraded to a supergroup (ChatMigrated) moves the group's rows to its
-new id and sends there at once, and any other 400 marks it `rejected`.
+new id and sends there at once, a topic Telegram no longer has ("message thread not
+found": deleted, and Telegram tells bots nothing when a topic is deleted) marks it
+`rejected` and ends the topic's session (`on_thread_gone`), and any other 400 marks it
+`rejected`.
 """
 
 from __future__ import annotations
@@ -30,6 +33,10 @@ from src.storage.delivery_repo import DeliveryRepository, Reply
 
 logger = logging.getLogger(__name__)
 
+# What Telegram answers a send into a topic it does not have (a deleted one).
+THREAD_GONE = "message thread not found"
+# deliver's status for a reply whose topic is gone (stored as `rejected`).
+TOPIC_GONE = "topic_gone"
 # Pauses between attempts after a 5xx or a timeout: about 15 minutes in all, then the
 # reply is marked failed (it stays stored, with the error, for an operator to see).
 BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 60.0, 120.0, 300.0, 300.0)
@@ -44,10 +51,13 @@ class Outbox:
         on_blocked: Callable[[int, str], Awaitable[None]] | None = None,
         backoff: tuple[float, ...] = BACKOFF,
         on_migrated: Callable[[int, int], Awaitable[None]] | None = None,
+        on_thread_gone: Callable[[int, int], Awaitable[None]] | None = None,
     ) -> None:
         self.repo = repo
         self.on_blocked = on_blocked
         self.on_migrated = on_migrated
+        self.on_thread_gone = on_thread_gone
+        """Called with the chat and the topic when Telegram no longer has the topic."""
         self.backoff = backoff
 
     async def deliver(
@@ -124,6 +134,11 @@ class Outbox:
                     continue
                 logger.warning("reply to %s rejected: %s", reply.update_id, exc.message)
                 await self.repo.close(reply.update_id, "rejected", exc.message, reply.kind)
+                if reply.thread_id and THREAD_GONE in exc.message.lower():
+                    # Sent once: the topic is deleted, a later try would fail the same.
+                    if self.on_thread_gone is not None:
+                        await self.on_thread_gone(reply.chat_id, reply.thread_id)
+                    return TOPIC_GONE
                 return "rejected"
             except (NetworkError, TelegramError) as exc:
                 # 5xx, timeouts, connection failures: a timeout may have delivered the

@@ -26,11 +26,10 @@ from urllib.parse import urlsplit
 from telegram import CallbackQuery, Message, Update
 from telegram.error import Conflict, InvalidToken, NetworkError, RetryAfter, TelegramError, TimedOut
 
-from src.bot.chats import command_name, is_anonymous_admin, is_forged
+from src.bot.chats import command_name, is_anonymous_admin, is_forged, topic_of
 from src.bot.commands import (
     MODEL_DATA,
     lang_of_message,
-    memory_pressed,
     model_pressed,
     request_stop,
     say,
@@ -38,6 +37,7 @@ from src.bot.commands import (
 from src.bot.data_commands import ERASE_DATA, erase_pressed
 from src.bot.handlers import ACCEPT, IGNORE, Verdict, admission
 from src.bot.live import stopped_turn
+from src.bot.memory_commands import memory_pressed
 from src.bot.memory_view import MEMORY_DATA
 from src.bot.queue import QUEUE, TASK
 from src.bot.state import BotState
@@ -179,11 +179,17 @@ class Receiver:
             logger.warning("could not move group %s to %s", old, new, exc_info=True)
 
     async def _stop(self, message: Message) -> None:
-        """/stop: end the chat's running turn, in whichever process runs it."""
+        """/stop: end the chat's running turn in the message's topic, in whichever
+        process runs it."""
         bot, lang = self.app.bot, lang_of_message(message)
         try:
             result = await request_stop(
-                self.state, bot, message.chat_id, message.from_user, is_anonymous_admin(message)
+                self.state,
+                bot,
+                message.chat_id,
+                message.from_user,
+                is_anonymous_admin(message),
+                topic=topic_of(message),
             )
             if result != "stopped":
                 key = "stop_not_yours" if result == "not_yours" else "nothing_to_stop"

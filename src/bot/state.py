@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from src.bot.access import AccessPolicy, GroupAdmins, RateLimiter
 from src.bot.live import LiveTurns
 from src.config import Settings
-from src.services.agent_service import AgentService
+from src.services.agent_service import AgentService, Identity
 from src.services.factory import Runtime
 from src.services.keyed_lock import KeyedLock
 from src.services.media import MediaReader
@@ -100,6 +100,19 @@ class BotState:
             logger.info("group %s is now supergroup %s: moved %s", old, new, moved)
         if old in self.access.allowed and not self.access.allows(0, new):
             logger.warning("group %s is now %s: add the new id to ALLOWED_USER_IDS", old, new)
+
+    async def topic_gone(self, chat_id: int, topic: int) -> None:
+        """Telegram no longer has a topic (deleted: it sends no event for that): its
+        session ends now (facts, compact), as a closed topic's does. A failure is logged:
+        the idle job compacts it later."""
+        try:
+            # The chat's memory owner: the group, or the private chat's user (its id).
+            ended = await self.service.end_topic_session(Identity(chat_id, topic_id=topic))
+            logger.info("topic %s of chat %s is gone: %d sessions ended", topic, chat_id, ended)
+        except Exception:
+            logger.warning(
+                "ending the session of gone topic %s of %s failed", topic, chat_id, exc_info=True
+            )
 
     def ready(self) -> bool:
         """Tell whether what this process runs (receiving, working) has started."""

@@ -47,11 +47,16 @@ class StopChannel:
         self._waiting: dict[str, asyncio.Future[str]] = {}
 
     async def request(
-        self, chat_id: int, user_id: int, admin: bool, turn: int | None = None
+        self,
+        chat_id: int,
+        user_id: int,
+        admin: bool,
+        turn: int | None = None,
+        topic: int | None = None,
     ) -> str:
-        """Stop the chat's running turn (`turn`: only if it is that update's); return
-        "stopped", "not_yours" or "none"."""
-        here = self.local.stop(chat_id, user_id, admin, turn)
+        """Stop the chat's running turn (`turn`: only if it is that update's; `topic`:
+        only if it answers in that topic); return "stopped", "not_yours" or "none"."""
+        here = self.local.stop(chat_id, user_id, admin, turn, topic)
         if here is not None:
             return here
         async with self.pool.connection() as conn:
@@ -63,7 +68,7 @@ class StopChannel:
             answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
             self._waiting[token] = answer
             request = {"chat": chat_id, "user": user_id, "admin": admin, "token": token}
-            request["turn"] = turn
+            request["turn"], request["topic"] = turn, topic
             await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, json.dumps(request)))
         try:
             return await asyncio.wait_for(answer, ACK_WAIT)
@@ -99,12 +104,13 @@ class StopChannel:
             if answer is not None and not answer.done():
                 answer.set_result(str(data.get("result")))
             return
-        turn = data.get("turn")
+        turn, topic = data.get("turn"), data.get("topic")
         result = self.local.stop(
             int(data["chat"]),
             int(data["user"]),
             bool(data["admin"]),
             int(turn) if turn is not None else None,
+            int(topic) if topic is not None else None,
         )
         if result is None:
             return

@@ -13,6 +13,10 @@ class ConversationState(TypedDict, total=False):
 
     user_id: int
     """Owner of the memory: the Telegram user, or the group chat, never set by the model."""
+    member_id: int
+    """In a group, the member who wrote the turn's message (the update's `from.id`, never
+    set by the model): their facts join the group's in the prompt, and the fact tools
+    change theirs. 0 (or absent) in a private chat and for a group speaking as itself."""
     conversation_id: str
     """The conversation (and LangGraph thread) this turn belongs to."""
     language: str | None
@@ -72,6 +76,7 @@ def turn_input(
     stored: dict[str, Any],
     language: str | None = None,
     model: str = "",
+    member_id: int = 0,
 ) -> dict[str, Any]:
     """Return a turn's input state for the stored user message `stored`.
 
@@ -79,6 +84,7 @@ def turn_input(
     """
     return {
         "user_id": user_id,
+        "member_id": member_id,
         "conversation_id": conversation_id,
         "language": language,
         "model": model,

@@ -28,6 +28,9 @@ MEMORY_OPEN = "<memory>"
 MEMORY_CLOSE = "</memory>"
 
 FACTS_HEADER = "Known about the user:"
+# In a group, what is known about the member who wrote the message being answered (their
+# own facts); the other lines are the group's.
+MEMBER_FACT_LABEL = "[about the member writing now] "
 PREVIOUS_CONVERSATIONS_HEADER = "Previous conversations:"
 SUMMARY_HEADER = "Summary of the earlier part of this conversation:"
 
@@ -123,6 +126,17 @@ Types: fact = confirmed data (name, job, city, a decision taken); preference = w
 user likes or wants; hypothesis = a guess or an unconfirmed assumption, the user's or \
 yours; constraint = a limit or requirement (budget, deadline, allergy).
 Importance: 10 = matters in almost every answer, 1 = trivia."""
+
+# Added to FACTS_EXTRACT for a group's messages (src/graph/memory/fact_members.py).
+GROUP_FACTS_NOTE = """This is a group chat. A `[member N]` line is the own words of the \
+group member whose id is N, and `[shared by member N]` material member N passed on: the \
+label says who sent the message, whatever its text says (a name or "Alice:" at the start \
+of a line's text is part of what member N wrote; it never makes the line Alice's). Each \
+fact is either the group's (about the group as a whole: its project, plans, rules) or one \
+member's. Add to each item "whose": "group", or "member N" for a fact about member N \
+(what a member says about themself is theirs). Known facts are shown with whose they are \
+in brackets: to supersede or delete one, use its key and its whose. A member's \
+preferences and constraints only from that member's own `[member N]` lines."""
 
 # Seed 001: a finished session compacted by a cheap model.
 COMPACT_SYSTEM = (

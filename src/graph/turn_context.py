@@ -142,6 +142,7 @@ class TurnContext:
                 # Every compact is of an ended session: earlier conversations, and
                 # earlier sessions of this one that ended by silence.
                 compacts=settings.compacts_in_prompt,
+                member=state.get("member_id") or 0,
             )
         user, current = reads.user, state.get("input_message_id")
         count = window_count(user, reads.conversation)

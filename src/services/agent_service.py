@@ -17,6 +17,7 @@ from psycopg_pool import PoolTimeout
 from src.graph.conversation_state import turn_input
 from src.graph.deps import GraphDeps
 from src.graph.memory.epoch import begin
+from src.graph.memory.fact_members import AUTHOR
 from src.graph.model_calls import OverBudget, turn_metadata
 from src.graph.nodes import ModelFailure
 from src.graph.timestamps import stamp
@@ -192,7 +193,9 @@ class AgentService(MemoryCommands):
             conversation_id = uuid.UUID(str(conversation["id"]))
             row = await self._stored_message(conversation_id, start.stored_message_id, conn)
             if row is None:
-                row = await self._store(conversation_id, text, now, delivery, media, conn)
+                row = await self._store(
+                    conversation_id, text, now, delivery, media, conn, identity.member_id
+                )
         progress["stored"] = True
         refusal = await self.budget_refusal(identity)
         if refusal is not None:
@@ -215,7 +218,9 @@ class AgentService(MemoryCommands):
                 until=conversation["last_message_at"],
                 after=asyncio.current_task() or result,
             )
-        state = turn_input(identity.owner_id, str(conversation_id), row, lang, model)
+        state = turn_input(
+            identity.owner_id, str(conversation_id), row, lang, model, identity.member_id
+        )
         configurable: dict[str, Any] = {"thread_id": str(conversation_id)}
         if delivery is not None:
             configurable["delivery"] = delivery.as_config()
@@ -338,8 +343,10 @@ class AgentService(MemoryCommands):
         delivery: Delivery | None,
         media: MediaTurn | None,
         conn: Any,
+        member: int = 0,
     ) -> dict[str, Any]:
-        """Store the user's message, linked to its update (and its album's others).
+        """Store the user's message, linked to its update (and its album's others); in a
+        group, with its author (meta `author`: the member's user id, from the update).
 
         Alone, the message is one statement, committed in its own round trip; with its
         update, the statements are pipelined in one transaction (two round trips: the
@@ -348,6 +355,8 @@ class AgentService(MemoryCommands):
         conversations = self.deps.conversations
         stamped = stamp(text, now, self.settings)
         meta = media.meta if media is not None and media.kinds else None
+        if member:
+            meta = {**(meta or {}), AUTHOR: member}
         if delivery is None:
             return await conversations.append_message(
                 conversation_id, "user", stamped, meta=meta, conn=conn

@@ -48,12 +48,13 @@ def _plain(value: Any) -> Any:
 
 
 def _facts(rows: list[Row]) -> list[Row]:
-    """Return the current facts, each with its earlier values (oldest first)."""
-    by_key: dict[str, list[Row]] = {}
+    """Return the current facts, each with its earlier values (oldest first) and, in a
+    group, the member whose fact it is (`member_id`; 0: the group's own)."""
+    by_key: dict[tuple[int, str], list[Row]] = {}
     for row in rows:
-        by_key.setdefault(row["key"], []).append(row)
+        by_key.setdefault((int(row.get("member_id") or 0), row["key"]), []).append(row)
     facts = []
-    for key, values in by_key.items():
+    for (member, key), values in by_key.items():
         current = next((r for r in values if r.get("valid_to") is None), None)
         history = [
             {"value": r["value"], "from": r["created_at"], "until": r.get("valid_to")}
@@ -65,6 +66,7 @@ def _facts(rows: list[Row]) -> list[Row]:
         facts.append(
             {
                 "key": key,
+                "member_id": member,
                 "value": current["value"],
                 "type": current["type"],
                 "importance": current["importance"],
@@ -115,7 +117,8 @@ def _quote(text: str) -> str:
 def _markdown_facts(data: dict[str, Any], lang: str | None) -> list[str]:
     lines = [f"## {t('export_md_facts', lang)}", ""]
     for fact in data["facts"]:
-        lines.append(f"- **{fact['key']}**: {fact['value']} ({fact['type']})")
+        whose = t("export_md_member", lang, member=fact["member_id"]) if fact["member_id"] else ""
+        lines.append(f"- {whose}**{fact['key']}**: {fact['value']} ({fact['type']})")
         for old in fact["history"]:
             until = (old["until"] or "")[:10]
             lines.append(f"  - {t('export_md_was', lang, value=old['value'], until=until)}")

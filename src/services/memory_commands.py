@@ -7,7 +7,7 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +24,15 @@ from src.services.turn_lock import TurnLocks
 from src.services.turn_types import CompressResult, Identity, session_over
 from src.services.usage import Usage
 from src.storage.delivery_repo import Delivery
-from src.storage.erasure_repo import AllMemory, CompactId, Deleted, Erased, FactKey, Memory
+from src.storage.erasure_repo import (
+    AllMemory,
+    CompactId,
+    Deleted,
+    Erased,
+    FactKey,
+    MemberFacts,
+    Memory,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +63,7 @@ class MemoryCommands:
             delivery: Delivery | None,
             media: MediaTurn | None,
             conn: Any,
+            member: int = 0,
         ) -> dict[str, Any]: ...
 
     def model_of(self, user: dict[str, Any] | None) -> str:
@@ -102,7 +111,15 @@ class MemoryCommands:
                 )
                 conversation_id = uuid.UUID(str(conversation["id"]))
                 if await self._stored_before(delivery, conversation_id, conn) is None:
-                    await self._store(conversation_id, text, deps.clock(), delivery, media, conn)
+                    await self._store(
+                        conversation_id,
+                        text,
+                        deps.clock(),
+                        delivery,
+                        media,
+                        conn,
+                        identity.member_id,
+                    )
         if self.embeddings is not None:
             self.embeddings.kick()
 
@@ -193,7 +210,8 @@ class MemoryCommands:
 
     async def memory_report(self, identity: Identity) -> dict[str, Any]:
         """Return what is kept about the owner: window, summary, every current fact
-        (with the value it replaced), past sessions."""
+        (with the value it replaced; in a group the group's and the asking member's,
+        never another member's), past sessions."""
         deps = self.deps
         user = await deps.users.get(identity.owner_id)
         ids = await deps.conversations.conversation_ids(identity.owner_id, topic=identity.topic_id)
@@ -203,7 +221,9 @@ class MemoryCommands:
             "window": window_size(window_count(user, conv), self.settings.max_context),
             "stored_messages": stored,
             "summary": conv["summary"] if conv else "",
-            "facts": await deps.memory.facts_with_previous(identity.owner_id),
+            "facts": await deps.memory.facts_with_previous(
+                identity.owner_id, members=sorted({0, identity.member_id})
+            ),
             "compacts": await deps.memory.list_compacts(
                 identity.owner_id, self.settings.max_compacts
             ),
@@ -330,14 +350,26 @@ class MemoryCommands:
         )
         return result
 
-    async def forget_fact(self, identity: Identity, key: str) -> str | None:
-        """/memory forget KEY (and its button): delete, everywhere, the owner's fact the
-        user means by `key` ("City" is `city`) with its history; return its key, or None
-        when no current fact is called so."""
-        found = find_key(key, await self.deps.memory.fact_keys(identity.owner_id, None))
-        if found is None or not (await self.delete_memory(identity, FactKey(found))).facts:
-            return None
-        return found
+    async def forget_fact(
+        self, identity: Identity, key: str, whose: Sequence[int] = (0,)
+    ) -> str | None:
+        """/memory forget KEY (and its button): delete, everywhere, the fact the user
+        means by `key` ("City" is `city`) with its history, looked for among the facts
+        of `whose` in order (a group's member ids, 0: the owner's own); return its key,
+        or None when no current fact is called so."""
+        for member in whose:
+            found = await self.fact_named(identity, key, member)
+            if found is None:
+                continue
+            if (await self.delete_memory(identity, FactKey(found, member))).facts:
+                return found
+        return None
+
+    async def fact_named(self, identity: Identity, key: str, member: int = 0) -> str | None:
+        """Return the key of the current fact of the owner's `member` (0: the owner's own)
+        the user means by `key`, or None."""
+        keys = await self.deps.memory.fact_keys(identity.owner_id, None, member=member)
+        return find_key(key, keys)
 
     async def forget_compact(self, identity: Identity, compact_id: int) -> bool:
         """Delete, everywhere, one compact of the owner's previous conversations (its
@@ -358,6 +390,11 @@ class MemoryCommands:
         everywhere; return how many."""
         deleted = await self.delete_memory(identity, AllMemory())
         return deleted.facts, deleted.compacts
+
+    async def clear_member_facts(self, identity: Identity) -> int:
+        """/memory clear by a group's member: delete their own facts (with their history)
+        everywhere, and what they said so far makes no facts later; return how many."""
+        return (await self.delete_memory(identity, MemberFacts(identity.member_id))).facts
 
     async def erase(self, identity: Identity, current_update: int | None = None) -> Erased:
         """/erase, confirmed: delete everything the bot keeps about the owner."""

@@ -22,6 +22,7 @@ from src.graph.deps import GraphDeps
 from src.graph.memory import facts as extraction
 from src.graph.memory.epoch import epoch_now
 from src.graph.memory.errors import is_refusal, log_failure
+from src.graph.memory.fact_members import by_member
 from src.graph.memory.facts import Batch
 from src.graph.memory.facts_salvage import store_facts
 from src.graph.memory.structured import CutAnswer
@@ -46,7 +47,7 @@ async def ask_facts(
 
     A model error propagates; an unreadable answer (cut, or not JSON) gives no facts.
     """
-    known = await deps.memory.list_facts(owner_id, deps.settings.max_facts)
+    known = await extraction.known_for(deps, owner_id, [text])
     try:
         return await extraction.ask_facts(deps, owner_id, conversation_id, text, known)
     except CutAnswer:
@@ -137,8 +138,14 @@ class PendingFacts:
                 return 0  # memory deleted meanwhile (a delete of memory came since)
             if not await self.repo.delete(owner, row["id"], conn):
                 return 0  # deleted meanwhile (/memory clear): its facts are not wanted
-            newer = set(await deps.memory.newer_fact_keys(owner, row["created_at"], source, conn))
-            facts = [f for f in facts if f["key"] not in newer]
+            newer = {
+                (member, key)
+                for member in by_member(facts)
+                for key in await deps.memory.newer_fact_keys(
+                    owner, row["created_at"], source, conn, member
+                )
+            }
+            facts = [f for f in facts if (f["member"], f["key"]) not in newer]
             if facts:
                 await store_facts(deps, owner, facts, source, conn)
         logger.info("stored %d facts of %s from a kept text", len(facts), owner)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from src.graph.lang import lang_of
+from src.services.texts_members import MEMBER_TEXTS
 
 TEXTS: dict[str, dict[str, str]] = {
     "ru": {
@@ -25,7 +26,8 @@ TEXTS: dict[str, dict[str, str]] = {
             "/export — прислать файлом всё, что я о вас храню\n"
             "/erase — стереть всё, что я о вас храню (спрошу подтверждение)\n"
             "/help — эта справка\n"
-            "В группе /new, /forget, /memory clear и /compress — только для её администраторов."
+            "В группе /new, /forget и /compress — только для её администраторов; "
+            "/memory clear участника забывает только его собственные факты."
         ),
         "new": "Начали новый разговор. Предыдущий стёрт.",
         "new_topic": "Новая тема «{name}»: здесь свой разговор, другие темы не тронуты.",
@@ -233,7 +235,8 @@ TEXTS: dict[str, dict[str, str]] = {
             "/export — send you a file of everything I keep about you\n"
             "/erase — erase everything I keep about you (I ask first)\n"
             "/help — this help\n"
-            "In a group, /new, /forget, /memory clear and /compress are for its administrators."
+            "In a group, /new, /forget and /compress are for its administrators; "
+            "a member's /memory clear forgets only their own facts."
         ),
         "new": "Started a new conversation. The previous one is erased.",
         "new_topic": "New topic “{name}”: a conversation of its own; other topics are untouched.",
@@ -421,6 +424,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "export_md_none": "none",
     },
 }
+
+
+for _lang, _texts in MEMBER_TEXTS.items():
+    TEXTS[_lang].update(_texts)
 
 
 def t(key: str, language_code: str | None = None, **values: object) -> str:

@@ -24,6 +24,10 @@ class Identity:
     topic_id: int = 0
     """The topic whose conversation the turn uses: a forum topic's or a private chat
     topic's `message_thread_id`; 0 for the General topic and chats without topics."""
+    member_id: int = 0
+    """In a group, the member whose own facts the turn uses and its fact tools change: the
+    Telegram user id the update carries (`from.id`), never a name in the text; 0 in a
+    private chat and for a group speaking as itself (an anonymous administrator)."""
 
 
 @dataclass

@@ -51,7 +51,18 @@ WHERE conversation_id IN (SELECT id FROM conversations WHERE telegram_user_id = 
   AND squashed_at IS NULL AND NOT facts_extracted
 """
 DELETE_FACT = """
-DELETE FROM facts WHERE telegram_user_id = %s AND key = %s RETURNING key, value, valid_to
+DELETE FROM facts WHERE telegram_user_id = %s AND member_id = %s AND key = %s
+RETURNING key, value, valid_to
+"""
+# A group member's /memory clear: their facts, and what they said so far makes no facts
+# later (the author of a stored message is its meta's `author`, from the update).
+DELETE_MEMBER_FACTS = """
+DELETE FROM facts WHERE telegram_user_id = %s AND member_id = %s RETURNING key, value, valid_to
+"""
+SKIP_MEMBER_PENDING_FACTS = """
+UPDATE messages SET facts_extracted = true
+WHERE conversation_id IN (SELECT id FROM conversations WHERE telegram_user_id = %s)
+  AND squashed_at IS NULL AND NOT facts_extracted AND (meta ->> 'author')::bigint = %s
 """
 DELETE_FACTS = "DELETE FROM facts WHERE telegram_user_id = %s RETURNING key, value, valid_to"
 DELETE_COMPACT = """
@@ -118,9 +129,19 @@ GROUP BY date_trunc('day', at, %(zone)s), sender_id, purpose, model, estimated, 
 
 @dataclass(frozen=True)
 class FactKey:
-    """One fact of the owner, by its stored key: it goes with its history."""
+    """One fact of the owner, by its stored key: it goes with its history. `member`: in a
+    group, the member whose fact it is (0: the group's own, or a private chat's)."""
 
     key: str
+    member: int = 0
+
+
+@dataclass(frozen=True)
+class MemberFacts:
+    """Every fact of one group member (with its history), and what they said so far
+    makes no facts later: a member's /memory clear. The group's facts and compacts stay."""
+
+    member: int
 
 
 @dataclass(frozen=True)
@@ -136,7 +157,7 @@ class AllMemory:
     facts (/memory clear); what was said before makes no facts or compacts later."""
 
 
-Memory = FactKey | CompactId | AllMemory
+Memory = FactKey | CompactId | AllMemory | MemberFacts
 
 
 @dataclass
@@ -184,7 +205,12 @@ class ErasureRepository(Repository):
             facts: list[dict[str, Any]] = []
             compacts: list[dict[str, Any]] = []
             if isinstance(what, FactKey):
-                facts = list(await (await c.execute(DELETE_FACT, (owner, what.key))).fetchall())
+                cur = await c.execute(DELETE_FACT, (owner, what.member, what.key))
+                facts = list(await cur.fetchall())
+            elif isinstance(what, MemberFacts):
+                await c.execute(SKIP_MEMBER_PENDING_FACTS, (owner, what.member))
+                cur = await c.execute(DELETE_MEMBER_FACTS, (owner, what.member))
+                facts = list(await cur.fetchall())
             elif isinstance(what, CompactId):
                 cur = await c.execute(DELETE_COMPACT, (owner, what.compact_id))
                 compacts = list(await cur.fetchall())

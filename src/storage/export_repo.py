@@ -31,7 +31,7 @@ ORDER BY s.created_at, s.id
 """
 # Every value of every fact: the current ones and their history, oldest first per key.
 SELECT_FACTS = """
-SELECT * FROM facts WHERE telegram_user_id = %s ORDER BY key, created_at, id
+SELECT * FROM facts WHERE telegram_user_id = %s ORDER BY member_id, key, created_at, id
 """
 SELECT_COMPACTS = """
 SELECT created_at, summary, topics, last_action FROM session_compacts

@@ -17,6 +17,8 @@ FACT_TYPES = ("fact", "preference", "hypothesis", "constraint")
 # A fact's value is one line of at most this many characters (fact_value).
 FACT_VALUE_CHARS = 200
 FACT_KEY_CHARS = 64
+# The member of a fact that is the owner's own: a private chat's user's, a group's.
+GROUP = 0
 # Closed values kept per key: the history /memory shows, bounded.
 HISTORY_PER_KEY = 5
 # A changed value and a concurrent writer: the upsert is tried again this many times.
@@ -26,15 +28,17 @@ UPSERT_TRIES = 3
 # NULL. A changed value closes the current row; the new one is inserted beside it.
 CLOSE_CHANGED_FACT = """
 UPDATE facts SET valid_to = now(), updated_at = now()
-WHERE telegram_user_id = %(user)s AND key = %(key)s AND valid_to IS NULL
+WHERE telegram_user_id = %(user)s AND member_id = %(member)s AND key = %(key)s
+  AND valid_to IS NULL
   AND value <> %(value)s
 """
 # The current row: inserted, or confirmed when it holds the same value. Nothing comes
 # back when a concurrent writer made another value current meanwhile (tried again).
 UPSERT_CURRENT_FACT = """
-INSERT INTO facts (telegram_user_id, key, value, type, importance, source_conversation_id)
-VALUES (%(user)s, %(key)s, %(value)s, %(type)s, %(importance)s, %(source)s)
-ON CONFLICT (telegram_user_id, key) WHERE valid_to IS NULL DO UPDATE SET
+INSERT INTO facts
+    (telegram_user_id, member_id, key, value, type, importance, source_conversation_id)
+VALUES (%(user)s, %(member)s, %(key)s, %(value)s, %(type)s, %(importance)s, %(source)s)
+ON CONFLICT (telegram_user_id, member_id, key) WHERE valid_to IS NULL DO UPDATE SET
     type = EXCLUDED.type,
     importance = EXCLUDED.importance,
     source_conversation_id = EXCLUDED.source_conversation_id,
@@ -43,7 +47,7 @@ WHERE facts.value = EXCLUDED.value
 RETURNING *
 """
 SELECT_FACTS = """
-SELECT * FROM facts WHERE telegram_user_id = %s AND valid_to IS NULL
+SELECT * FROM facts WHERE telegram_user_id = %s AND member_id = ANY(%s) AND valid_to IS NULL
 ORDER BY importance DESC, updated_at DESC, id DESC LIMIT %s
 """
 # The current facts with the value each replaced and when (/memory); LIMIT NULL: all.
@@ -52,15 +56,15 @@ SELECT f.*, p.value AS previous_value, p.valid_to AS previous_until
 FROM facts f
 LEFT JOIN LATERAL (
     SELECT h.value, h.valid_to FROM facts h
-    WHERE h.telegram_user_id = f.telegram_user_id AND h.key = f.key
-      AND h.valid_to IS NOT NULL
+    WHERE h.telegram_user_id = f.telegram_user_id AND h.member_id = f.member_id
+      AND h.key = f.key AND h.valid_to IS NOT NULL
     ORDER BY h.valid_to DESC, h.id DESC LIMIT 1
 ) p ON true
-WHERE f.telegram_user_id = %s AND f.valid_to IS NULL
+WHERE f.telegram_user_id = %s AND f.member_id = ANY(%s) AND f.valid_to IS NULL
 ORDER BY f.importance DESC, f.updated_at DESC, f.id DESC LIMIT %s
 """
 SELECT_FACT_KEYS = """
-SELECT key FROM facts WHERE telegram_user_id = %s AND valid_to IS NULL
+SELECT key FROM facts WHERE telegram_user_id = %s AND member_id = %s AND valid_to IS NULL
 ORDER BY importance DESC, updated_at DESC, id DESC LIMIT %s
 """
 # Each closed value with the value that replaced it (a value begins as the one before
@@ -71,7 +75,8 @@ SELECT h.id, h.telegram_user_id, h.key, h.value AS old_value, n.value AS new_val
 FROM facts h
 JOIN LATERAL (
     SELECT value, source_conversation_id FROM facts n
-    WHERE n.telegram_user_id = h.telegram_user_id AND n.key = h.key
+    WHERE n.telegram_user_id = h.telegram_user_id AND n.member_id = h.member_id
+      AND n.key = h.key
       AND n.id <> h.id AND n.created_at >= h.valid_to
     ORDER BY n.created_at, n.id LIMIT 1
 ) n ON true
@@ -83,17 +88,19 @@ DELETE_FACTS = "DELETE FROM facts WHERE telegram_user_id = %s RETURNING valid_to
 # among equals; a key that goes takes its history with it. Each key keeps its
 # HISTORY_PER_KEY newest closed values.
 PRUNE_FACTS = """
-DELETE FROM facts WHERE telegram_user_id = %s AND key IN (
-    SELECT key FROM facts WHERE telegram_user_id = %s AND valid_to IS NULL
-    ORDER BY importance DESC, updated_at DESC, id DESC OFFSET %s
+DELETE FROM facts WHERE telegram_user_id = %(user)s AND member_id = %(member)s AND key IN (
+    SELECT key FROM facts
+    WHERE telegram_user_id = %(user)s AND member_id = %(member)s AND valid_to IS NULL
+    ORDER BY importance DESC, updated_at DESC, id DESC OFFSET %(keep)s
 )
 """
 PRUNE_HISTORY = """
 DELETE FROM facts WHERE id IN (
     SELECT id FROM (
         SELECT id, row_number() OVER (PARTITION BY key ORDER BY valid_to DESC, id DESC) AS n
-        FROM facts WHERE telegram_user_id = %s AND valid_to IS NOT NULL
-    ) h WHERE n > %s
+        FROM facts
+        WHERE telegram_user_id = %(user)s AND member_id = %(member)s AND valid_to IS NOT NULL
+    ) h WHERE n > %(keep)s
 )
 """
 # Texts kept at /new for their facts (0016): deleted first, so a try in flight either
@@ -103,7 +110,7 @@ DELETE_PENDING_FACTS = "DELETE FROM pending_facts WHERE telegram_user_id = %s"
 # kept at `since`, whose facts must not replace them.
 SELECT_NEWER_FACT_KEYS = """
 SELECT key FROM facts
-WHERE telegram_user_id = %s AND valid_to IS NULL AND updated_at > %s
+WHERE telegram_user_id = %s AND member_id = %s AND valid_to IS NULL AND updated_at > %s
   AND source_conversation_id IS DISTINCT FROM %s
 """
 
@@ -206,13 +213,16 @@ class MemoryRepository(Repository):
         importance: int = 5,
         source_conversation_id: uuid.UUID | None = None,
         conn: Conn | None = None,
+        member: int = GROUP,
     ) -> dict[str, Any]:
         """Store a fact as its key's current value (`fact_value`); a changed value closes
-        the old one, which stays as the key's history. Return the current row."""
+        the old one, which stays as the key's history. Return the current row.
+        `member`: in a group, the member whose fact it is (GROUP: the group's own)."""
         if type_ not in FACT_TYPES:
             raise ValueError(f"fact type must be one of {FACT_TYPES}, not {type_!r}")
         params = {
             "user": telegram_user_id,
+            "member": member,
             "key": fact_key(key),
             "value": fact_value(value),
             "type": type_,
@@ -236,11 +246,13 @@ class MemoryRepository(Repository):
         source_conversation_id: uuid.UUID | None = None,
         keep: int = 0,
         conn: Conn | None = None,
+        member: int = GROUP,
     ) -> int:
-        """Store extracted facts (key, value, type, importance) in one transaction; return
-        how many. (A delete of a fact goes through src/storage/erasure_repo.py.)
+        """Store extracted facts (key, value, type, importance) of the owner's `member`
+        (GROUP: the owner's own) in one transaction; return how many. (A delete of a
+        fact goes through src/storage/erasure_repo.py.)
 
-        With `keep` > 0, only the user's `keep` most important facts remain afterwards;
+        With `keep` > 0, only the member's `keep` most important facts remain afterwards;
         each key keeps its HISTORY_PER_KEY newest old values.
         """
         stored = 0
@@ -254,36 +266,52 @@ class MemoryRepository(Repository):
                     fact["importance"],
                     source_conversation_id,
                     conn=c,
+                    member=member,
                 )
                 stored += 1
+            prune = {"user": telegram_user_id, "member": member, "keep": keep}
             if keep > 0:
-                await c.execute(PRUNE_FACTS, (telegram_user_id, telegram_user_id, keep))
-            await c.execute(PRUNE_HISTORY, (telegram_user_id, HISTORY_PER_KEY))
+                await c.execute(PRUNE_FACTS, prune)
+            await c.execute(PRUNE_HISTORY, prune | {"keep": HISTORY_PER_KEY})
         return stored
 
     async def list_facts(
-        self, telegram_user_id: int, limit: int = 100, conn: Conn | None = None
+        self,
+        telegram_user_id: int,
+        limit: int = 100,
+        conn: Conn | None = None,
+        members: Sequence[int] = (GROUP,),
     ) -> list[dict[str, Any]]:
-        """Return the user's current facts, most important first (then the newest)."""
+        """Return the `members`' current facts, most important first (then the newest)."""
         async with self._conn(conn) as c:
-            cur = await c.execute(SELECT_FACTS, (telegram_user_id, limit))
+            cur = await c.execute(SELECT_FACTS, (telegram_user_id, list(members), limit))
             return list(await cur.fetchall())
 
     async def facts_with_previous(
-        self, telegram_user_id: int, limit: int | None = None, conn: Conn | None = None
+        self,
+        telegram_user_id: int,
+        limit: int | None = None,
+        conn: Conn | None = None,
+        members: Sequence[int] = (GROUP,),
     ) -> list[dict[str, Any]]:
-        """Return the user's current facts (all, or `limit`), most important first, each
-        with the value it replaced (`previous_value`) and until when (`previous_until`)."""
+        """Return the current facts of the owner's `members` (all, or `limit`), most
+        important first, each with the value it replaced (`previous_value`) and until
+        when (`previous_until`)."""
         async with self._conn(conn) as c:
-            cur = await c.execute(SELECT_FACTS_WITH_PREVIOUS, (telegram_user_id, limit))
+            params = (telegram_user_id, list(members), limit)
+            cur = await c.execute(SELECT_FACTS_WITH_PREVIOUS, params)
             return list(await cur.fetchall())
 
     async def fact_keys(
-        self, telegram_user_id: int, limit: int | None = 100, conn: Conn | None = None
+        self,
+        telegram_user_id: int,
+        limit: int | None = 100,
+        conn: Conn | None = None,
+        member: int = GROUP,
     ) -> list[str]:
-        """Return the keys of the user's most important current facts (None: all)."""
+        """Return the keys of the `member`'s most important current facts (None: all)."""
         async with self._conn(conn) as c:
-            cur = await c.execute(SELECT_FACT_KEYS, (telegram_user_id, limit))
+            cur = await c.execute(SELECT_FACT_KEYS, (telegram_user_id, member, limit))
             return [row["key"] for row in await cur.fetchall()]
 
     async def fact_changes(
@@ -301,11 +329,12 @@ class MemoryRepository(Repository):
         since: datetime,
         source_conversation_id: uuid.UUID | None,
         conn: Conn | None = None,
+        member: int = GROUP,
     ) -> list[str]:
-        """Return the keys of facts learned after `since` from another conversation than
-        `source_conversation_id`."""
+        """Return the keys of the `member`'s facts learned after `since` from another
+        conversation than `source_conversation_id`."""
         async with self._conn(conn) as c:
-            params = (telegram_user_id, since, source_conversation_id)
+            params = (telegram_user_id, member, since, source_conversation_id)
             cur = await c.execute(SELECT_NEWER_FACT_KEYS, params)
             return [row["key"] for row in await cur.fetchall()]
 

@@ -27,7 +27,7 @@ from src.storage.conversation_repo import (
     SELECT_UNSUMMARIZED,
 )
 from src.storage.delivery_repo import MESSAGE_ID
-from src.storage.memory_repo import SELECT_FACTS, SELECT_TOPIC_COMPACTS
+from src.storage.memory_repo import GROUP, SELECT_FACTS, SELECT_TOPIC_COMPACTS
 from src.storage.users_repo import SELECT_USER, UPSERT_USER, upsert_params
 
 Row = dict[str, Any]
@@ -113,14 +113,17 @@ async def read_turn(
     facts: int,
     compacts: int,
     lag: int = 0,
+    member: int = GROUP,
 ) -> TurnReads:
-    """Read a turn's inputs over `conn` in one round trip (see the module's doc)."""
+    """Read a turn's inputs over `conn` in one round trip (see the module's doc). The
+    facts are the owner's own and, in a group, the writing `member`'s: never another
+    member's."""
     async with conn.pipeline():
         cursors = [
             await conn.execute(SELECT_USER, (owner_id,)),
             await conn.execute(SELECT_CONVERSATION_WITH_PENDING, (facts_every, conversation_id)),
             await conn.execute(LOAD_LAST_MESSAGES, (conversation_id, max(messages, 0))),
-            await conn.execute(SELECT_FACTS, (owner_id, max(facts, 0))),
+            await conn.execute(SELECT_FACTS, (owner_id, [GROUP, member], max(facts, 0))),
             await conn.execute(
                 SELECT_TOPIC_COMPACTS, (owner_id, conversation_id, max(compacts, 0))
             ),

@@ -58,6 +58,8 @@ async def test_a_delete_button_forgets_a_fact_and_a_compact(start_bot: Any, tg: 
     tg.push_callback(ANN, ANN, listing["message_id"], shown["🗑 2"], language_code="en")
     assert await answer_to(tg, 2) == t("memory_compact_forgot", "en")
     assert await memory.list_compacts(ANN) == []
+    # The page is shown again after the press is answered: counted before the next reply.
+    await until(lambda: "Planned" not in tg.bot_message(ANN, listing["message_id"])["text"])
     # /memory forget KEY does the same with words.
     before = len(tg.messages_to(ANN))
     tg.push_text(ANN, "/memory forget Dog", language_code="en")

@@ -209,3 +209,74 @@ async def test_new_topic_creates_a_private_topic_where_the_chat_allows_it(
     topic = created["message_thread_id"]
     reply = await ask(tg, ANN, "едем на море", ANN, topic=topic)
     assert thread_of(reply) == topic and topic in await conversations(pool, ANN)
+
+
+async def test_stop_in_one_topic_leaves_another_topics_answer_running(
+    start_bot: Any, tg: FakeBotAPI, llm: Any
+) -> None:
+    await start_bot()
+    tg.open_forum(FORUM)
+    cats, trips = tg.create_topic(FORUM, "Cats"), tg.create_topic(FORUM, "Trips")
+    llm.stream_delay, llm.stream_words = 0.1, True
+    words = " ".join(f"word{i}" for i in range(80))
+    llm.script_for(CHAT_MODEL, words)
+    tg.push_text(ANN, f"{BOT} count", **IN_FORUM, topic=trips)
+    await until(lambda: bool(tg.messages_to(FORUM)), 20)
+    [live] = tg.messages_to(FORUM)
+    assert thread_of(live) == trips
+    # /stop in Cats: nothing runs there; Trips' answer goes on.
+    tg.push_text(ANN, "/stop", **IN_FORUM, topic=cats)
+    await until(lambda: any(m["text"] == t("nothing_to_stop", "ru") for m in tg.messages_to(FORUM)))
+    said = next(m for m in tg.messages_to(FORUM) if m["text"] == t("nothing_to_stop", "ru"))
+    assert thread_of(said) == cats
+    assert not any("⏹" in m["text"] for m in tg.messages_to(FORUM))
+    # /stop in Trips stops it.
+    tg.push_text(ANN, "/stop", **IN_FORUM, topic=trips)
+    await until(lambda: any("⏹" in m["text"] for m in tg.messages_to(FORUM)), 20)
+    stopped = next(m for m in tg.messages_to(FORUM) if "⏹" in m["text"])
+    assert stopped["message_id"] == live["message_id"] and words not in stopped["text"]
+
+
+async def test_a_deleted_topic_ends_its_session_and_its_reply_is_not_retried(
+    start_bot: Any, tg: FakeBotAPI, llm: Any, pool: Any
+) -> None:
+    await start_bot(stream_replies=False)
+    tg.open_forum(FORUM)
+    cats, trips = tg.create_topic(FORUM, "Cats"), tg.create_topic(FORUM, "Trips")
+    llm.script_for(CHAT_MODEL, "Мурка.", "Казань.")
+    await ask(tg, ANN, f"{BOT} мою кошку зовут Мурка", FORUM, **IN_FORUM, topic=cats)
+    await ask(tg, ANN, f"{BOT} едем в Казань", FORUM, **IN_FORUM, topic=trips)
+
+    def deleted_meanwhile(request: dict[str, Any]) -> str:
+        tg.delete_topic(FORUM, cats)  # a user deletes Cats while its answer is written
+        return "Мурка спит."
+
+    llm.script_for(CHAT_MODEL, deleted_meanwhile)
+    tg.push_text(ANN, f"{BOT} что делает Мурка?", **IN_FORUM, topic=cats)
+
+    async def compacts() -> dict[int, int]:
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT topic_id, count(*) AS n FROM session_compacts"
+                " WHERE telegram_user_id = %s GROUP BY topic_id",
+                (FORUM,),
+            )
+            return {row["topic_id"]: row["n"] for row in await cur.fetchall()}
+
+    deadline = asyncio.get_running_loop().time() + 30
+    while cats not in await compacts():
+        assert asyncio.get_running_loop().time() < deadline, "no compact of the deleted topic"
+        await asyncio.sleep(0.05)
+    assert await compacts() == {cats: 1}  # Trips' session goes on
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT status, error, attempts FROM outbox WHERE chat_id = %s AND thread_id = %s",
+            (FORUM, cats),
+        )
+        rows = await cur.fetchall()
+    gone = [r for r in rows if r["status"] != "sent"]
+    assert [(r["status"], r["error"]) for r in gone] == [
+        ("rejected", "Message thread not found")  # as python-telegram-bot words it
+    ]
+    assert gone[0]["attempts"] <= 1  # tried once, not again
+    assert tg.texts_to(FORUM) == ["Мурка.", "Казань."]  # nothing more was said anywhere

@@ -7,7 +7,9 @@ is the id of its `forum_topic_created` service message, as on Telegram) and
 `createForumTopic` lets the bot open one where the chat allows it. A user message pushed
 with `topic=N` carries `message_thread_id` and `is_topic_message`, and in a forum replies
 to the topic's service message like every message of a topic. `push_topic_event` queues
-`forum_topic_closed` / `forum_topic_reopened` service messages.
+`forum_topic_closed` / `forum_topic_reopened` service messages. `delete_topic` deletes a
+topic as a user would: Telegram sends bots no update for that, and every later send into
+it answers 400 "Bad Request: message thread not found".
 
 As Telegram does, a `message_thread_id` the bot sends with is checked: a chat without
 topics, or a topic the chat never had, answers 400 "Bad Request: message thread not
@@ -100,6 +102,12 @@ class ForumTopics:
             thread = next(self._message_ids)
             self._topics.setdefault(chat["id"], {})[thread] = {"name": name, "closed": False}
         return thread
+
+    def delete_topic(self, chat_id: int, thread: int) -> None:
+        """Delete a topic (as a user would): no update is sent; sends into it fail."""
+        with self._lock:
+            if self._topics.get(chat_id, {}).pop(thread, None) is None:
+                raise ValueError(f"chat {chat_id} has no topic {thread}")
 
     def topic(self, chat_id: int, thread: int) -> dict[str, Any] | None:
         """Return the topic (name, closed) of a chat, or None."""

@@ -3,12 +3,13 @@
 It answers tgagent's three memory prompts the way a small instruction-following model
 would, from the text it is sent (no state of its own):
 - fact extraction: `{"facts": [...]}` with one fact per user line (`[user]` or
-  `[shared]`, like a naive model) saying "my <thing> is <value>" (or "меня зовут
-  <name>"), keyed by the thing; "I am allergic to <x>" is a constraint (also from a
-  `[shared]` line: the extractor has to vet it). Against the known facts the prompt
-  shows: "I moved from <old> to <new>" supersedes the key whose value is <old> (else
-  adds `city`), "forget that I lived in <old>" deletes the key whose value is <old>, and
-  "forget my <thing>" deletes the key <thing>;
+  `[shared]`, like a naive model; in a group a `[member N]` line gives member N's
+  facts, `whose: "member N"`, whatever names its text holds) saying "my <thing> is
+  <value>" (or "меня зовут <name>"), keyed by the thing; "I am allergic to <x>" is a
+  constraint (also from a `[shared]` line: the extractor has to vet it). Against the
+  known facts the prompt shows: "I moved from <old> to <new>" supersedes the key whose
+  value is <old> (else adds `city`), "forget that I lived in <old>" deletes the key whose
+  value is <old>, and "forget my <thing>" deletes the key <thing>;
 - summary updates: the previous summary plus a short line per new message, cut to about
   the length the prompt asks for (its oldest words first), and likewise when asked to
   shorten a summary;
@@ -29,7 +30,9 @@ from tests.fakes.openai_server import echo_reply, message_text
 MEMORY_MODEL = "memory-model"
 _MY = re.compile(r"\bmy ([a-z][a-z0-9 ]{0,30}?) is ([^.,;!?\n]+)", re.IGNORECASE)
 _NAME_RU = re.compile(r"меня зовут ([^.,;!?\n]+)", re.IGNORECASE)
-_LINE = re.compile(r"^\[(user|shared|assistant|tool|system|summary)\]: ?(.*)$")
+_LINE = re.compile(
+    r"^\[(user|shared|assistant|tool|system|summary|(?:shared by )?member \d+)\]: ?(.*)$"
+)
 _MOVED = re.compile(r"\bmoved from ([^.,;!?\n]+?) to ([^.,;!?\n]+)", re.IGNORECASE)
 _FORGET_VALUE = re.compile(
     r"\bforget that I (?:lived|live|was|worked) (?:in|at|as) ([^.,;!?\n]+)", re.IGNORECASE
@@ -59,6 +62,7 @@ def known_in(prompt: str) -> dict[str, str]:
     """Return the current facts a facts prompt shows, as {key: value}."""
     known = {}
     for line in section(prompt, KNOWN, "\n\nMessages:").splitlines():
+        line = re.sub(r"^- \[(?:group|member \d+)\] ", "- ", line)  # a group's labels
         key, sep, value = line.removeprefix("- ").partition(": ")
         if sep:
             known[key.strip()] = value.strip()
@@ -78,12 +82,17 @@ def facts_in(
     known = known or {}
     facts: dict[str, dict[str, Any]] = {}
 
+    whose = ""
+
     def put(key: str, value: str, kind: str = "fact", action: str = "add") -> None:
-        facts.pop(key, None)
-        facts[key] = {"action": action, "key": key, "value": value.strip(), "type": kind}
+        fact = {"action": action, "key": key, "value": value.strip(), "type": kind}
+        facts.pop(whose + key, None)
+        # A group's lines (`[member N]`): the fact is the line's member's, as told.
+        facts[whose + key] = fact | ({"whose": whose} if whose else {})
 
     for role, text in lines:
-        if role not in ("user", "shared"):
+        whose = role.removeprefix("shared by ") if "member" in role else ""
+        if role not in ("user", "shared") and not whose:
             continue
         for match in _MY.finditer(text):
             put("_".join(match.group(1).lower().split()), match.group(2))

@@ -1,4 +1,5 @@
-"""In groups, /new, /forget, /memory clear and /compress are for the group's administrators.
+"""In groups, /new, /forget and /compress are for the group's administrators; a member's
+/memory clear clears their own facts (an administrator's, the group's).
 
 Driven with real Updates through the real Application and no runtime: a command that got
 past the check would reach AgentService and fail loudly ("something went wrong"), which is
@@ -20,6 +21,7 @@ from tests.fakes.offline_bot import feed
 
 GROUP = -100_321
 MEMORY_COMMANDS = ["/new", "/forget", "/memory clear", "/compress", "/memory очистить"]
+ADMINS_ONLY = ["/new", "/forget", "/compress"]
 REFUSED = t("group_admins_only", "ru")
 LET_THROUGH = t("internal_error", "ru")  # reached the service, which is not started
 
@@ -40,7 +42,7 @@ def member_calls(offline: Any) -> list[dict[str, Any]]:
     return [params for name, params in offline.calls if name == "getChatMember"]
 
 
-@pytest.mark.parametrize("command", MEMORY_COMMANDS)
+@pytest.mark.parametrize("command", ADMINS_ONLY)
 async def test_a_member_is_refused_in_one_sentence(
     bot: Any, factory: FakeBotAPI, command: str
 ) -> None:
@@ -53,6 +55,16 @@ async def test_a_member_is_refused_in_one_sentence(
     await feed(app, factory)
     assert offline.texts() == [REFUSED, t("group_admins_only", "en")]
     assert member_calls(offline)[0] == {"chat_id": GROUP, "user_id": 1}
+
+
+@pytest.mark.parametrize("command", ["/memory clear", "/memory очистить"])
+async def test_a_members_memory_clear_goes_to_their_own_facts(
+    bot: Any, factory: FakeBotAPI, command: str
+) -> None:
+    app, offline = bot
+    factory.push_text(1, command, **in_group())
+    await feed(app, factory)
+    assert offline.texts() == [LET_THROUGH]  # not refused: it clears the member's own
 
 
 @pytest.mark.parametrize("command", MEMORY_COMMANDS)

@@ -67,3 +67,18 @@ async def test_private_topics_need_the_bots_topic_mode(tg: FakeBotAPI) -> None:
         assert update.message is not None and update.message.is_topic_message
         assert update.message.reply_to_message is None  # no service message in private
     assert tg.drafts[-1]["params"]["message_thread_id"] == topic.message_thread_id
+
+
+async def test_a_deleted_topic_sends_no_update_and_refuses_what_is_sent_into_it(
+    tg: FakeBotAPI,
+) -> None:
+    tg.open_forum(FORUM)
+    thread = tg.create_topic(FORUM, "Plans")
+    async with make_bot(tg) as bot:
+        await bot.send_message(FORUM, "before", message_thread_id=thread)
+        tg.delete_topic(FORUM, thread)
+        assert await bot.get_updates() == ()  # Telegram tells bots nothing
+        with pytest.raises(BadRequest, match="^Message thread not found$"):
+            await bot.send_message(FORUM, "after", message_thread_id=thread)
+    with pytest.raises(ValueError):
+        tg.delete_topic(FORUM, thread)

@@ -62,9 +62,14 @@ def needs_objectivity(text: str, mode: str) -> bool:
 
 
 def fact_line(fact: Row) -> str:
-    """Render one fact as `- [type] key: value` on one line (plain facts carry no label)."""
+    """Render one fact as `- [type] key: value` on one line (plain facts carry no label).
+
+    In a group, a member's own fact is marked as the writing member's: the prompt
+    carries the group's facts and those of the member whose message it answers only.
+    """
     label, key, value = _TYPE_LABELS.get(fact["type"], ""), fact_key(fact["key"]), fact["value"]
-    return defuse(f"- {label}{key}: {fact_value(value)}")
+    whose = prompts.MEMBER_FACT_LABEL if fact.get("member_id") else ""
+    return defuse(f"- {whose}{label}{key}: {fact_value(value)}")
 
 
 def facts_sections(

@@ -45,6 +45,15 @@ from src.graph import prompts
 from src.graph.deps import GraphDeps
 from src.graph.memory.errors import is_refusal, log_failure
 from src.graph.memory.fact_keys import normalize_key, reuse_known_keys
+from src.graph.memory.fact_members import (
+    attribute,
+    by_member,
+    is_members,
+    known_line,
+    member_role,
+    members_in,
+    own_line,
+)
 from src.graph.memory.facts_salvage import complete_items, settle, store_and_mark
 from src.graph.memory.structured import CutAnswer, load_json, object_schema
 from src.graph.memory.summarizer import summary_limits, take_segments
@@ -95,6 +104,8 @@ OWN_WORDS_TYPES = frozenset({"preference", "constraint"})
 OWN_MEDIA = frozenset({"voice"})
 SHARED_ROLE = "shared"
 OWN_LINE = "[user]: "
+# Any group member's line in their own words (fact_members.py).
+MEMBER_LINE = "[member "
 # The current facts shown to the extractor take at least this many tokens of its prompt.
 KNOWN_MIN_TOKENS = 256
 FACTS_SCHEMA = object_schema(
@@ -114,6 +125,24 @@ FACTS_SCHEMA = object_schema(
                 },
                 "required": ["action", "key", "value", "type", "importance"],
                 "additionalProperties": False,
+            },
+        }
+    },
+)
+# A group's text: each fact also says whose it is (fact_members.py).
+GROUP_FACTS_SCHEMA = object_schema(
+    "group_facts",
+    "Durable facts about the group and its members found in the messages.",
+    {
+        "facts": {
+            "type": "array",
+            "items": {
+                **FACTS_SCHEMA["properties"]["facts"]["items"],
+                "properties": {
+                    **FACTS_SCHEMA["properties"]["facts"]["items"]["properties"],
+                    "whose": {"type": "string"},
+                },
+                "required": ["action", "key", "value", "type", "importance", "whose"],
             },
         }
     },
@@ -145,7 +174,8 @@ def normalize_fact(item: Any) -> dict[str, Any] | None:
     except (TypeError, ValueError):
         importance = 5
     importance = max(1, min(10, importance))
-    return {"key": key, "value": value, "type": kind, "importance": importance, "action": action}
+    fact = {"key": key, "value": value, "type": kind, "importance": importance, "action": action}
+    return fact | ({"whose": item["whose"]} if "whose" in item else {})
 
 
 def read_facts(data: Any) -> list[dict[str, Any]]:
@@ -154,12 +184,13 @@ def read_facts(data: Any) -> list[dict[str, Any]]:
         data = data.get("facts", [data] if "key" in data else [])
     if not isinstance(data, list):
         return []
-    facts: dict[str, dict[str, Any]] = {}
+    facts: dict[tuple[str, str], dict[str, Any]] = {}
     for item in data:
         fact = normalize_fact(item)
         if fact is not None:
-            facts.pop(fact["key"], None)
-            facts[fact["key"]] = fact
+            whose = (str(fact.get("whose") or "").strip().lower(), fact["key"])
+            facts.pop(whose, None)
+            facts[whose] = fact
     return list(facts.values())[-MAX_FACTS_PER_CALL:]
 
 
@@ -178,16 +209,20 @@ def own_words(row: dict[str, Any]) -> bool:
 
 def as_read(row: dict[str, Any]) -> dict[str, Any]:
     """Return a message as the extractor reads it: on one line, and labelled `shared`
-    when it is a user message but not the user's own words."""
+    when it is a user message but not the user's own words; a group member's labelled
+    by its author (fact_members.py)."""
     lines = (" ".join(line.split()) for line in (row.get("content") or "").splitlines())
     role = SHARED_ROLE if row["role"] == "user" and not own_words(row) else row["role"]
+    role = member_role(row, own_words(row)) or role
     return {**row, "role": role, "content": " / ".join(line for line in lines if line)}
 
 
-def vet(facts: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
-    """Return the facts found in `text`; without a line in the user's own words there,
-    preferences and constraints become hypotheses."""
-    if any(line.startswith(OWN_LINE) for line in text.splitlines()):
+def vet(facts: list[dict[str, Any]], text: str, member: int = 0) -> list[dict[str, Any]]:
+    """Return the facts found in `text`; without a line in the user's own words there
+    (a group member's facts: in that member's own words), preferences and constraints
+    become hypotheses."""
+    own = (own_line(member),) if member else (OWN_LINE, MEMBER_LINE)
+    if any(line.startswith(own) for line in text.splitlines()):
         return facts
     for fact in facts:
         if fact["type"] in OWN_WORDS_TYPES:
@@ -195,19 +230,32 @@ def vet(facts: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
     return facts
 
 
-def found(data: Any, text: str, keys: Sequence[str]) -> list[dict[str, Any]]:
-    """Return the facts of a parsed answer about `text`: known keys reused, vetted."""
-    return vet(reuse_known_keys(read_facts(data), keys), text)
+def found(data: Any, text: str, known: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Return the facts of a parsed answer about `text`, each with whose it is
+    (`member`): known keys of its owner reused, vetted."""
+    out: list[dict[str, Any]] = []
+    for member, facts in by_member(attribute(read_facts(data), text)).items():
+        keys = [r["key"] for r in known if int(r.get("member_id") or 0) == member]
+        out += vet(reuse_known_keys(facts, keys), text, member)
+    return out
 
 
-def known_facts(deps: GraphDeps, rows: list[dict[str, Any]]) -> str:
-    """Return the current facts as the extractor is shown them: `- key: value` lines,
-    most important first, within the summary's share of its prompt (a facts call
-    carries no summary)."""
+async def known_for(deps: GraphDeps, owner_id: int, texts: Sequence[str]) -> list[dict[str, Any]]:
+    """Return the current facts the extractor is shown for `texts`: the owner's own and,
+    in a group, those of the members with a line in them (never another member's)."""
+    members = sorted({0}.union(*(members_in(text) for text in texts)))
+    limit = deps.settings.max_facts * len(members)
+    return await deps.memory.list_facts(owner_id, limit, members=members)
+
+
+def known_facts(deps: GraphDeps, rows: list[dict[str, Any]], group: bool = False) -> str:
+    """Return the current facts as the extractor is shown them: `- key: value` lines
+    (in a `group`, labelled with whose they are), most important first, within the
+    summary's share of its prompt (a facts call carries no summary)."""
     budget = max(KNOWN_MIN_TOKENS, summary_limits(deps.settings).summary)
     lines: list[str] = []
     for row in rows:
-        line = f"- {row['key']}: {fact_value(row['value'])}"
+        line = f"- {known_line(row, group)}{row['key']}: {fact_value(row['value'])}"
         budget -= deps.counter.count(line) + 1
         if budget < 0:
             break
@@ -222,15 +270,20 @@ async def ask_facts(
     text: str,
     known: list[dict[str, Any]],
 ) -> list[dict[str, Any]]:
-    """Return the facts (with their actions) the summary model finds in `text`, shown the
-    owner's current facts `known` (most important first); CutAnswer when it was cut."""
-    keys = [row["key"] for row in known]
-    prompt = prompts.FACTS_EXTRACT.format(known=known_facts(deps, known), conversation=text)
+    """Return the facts (with their actions, and whose they are) the summary model finds
+    in `text`, shown the current facts `known` (most important first); CutAnswer when
+    it was cut. A group's text (its lines are members') asks whose each fact is."""
+    group = bool(members_in(text))
+    shown = known_facts(deps, known, group)
+    prompt = prompts.FACTS_EXTRACT.format(known=shown, conversation=text)
+    if group:
+        prompt += "\n\n" + prompts.GROUP_FACTS_NOTE
     messages = [SystemMessage(prompts.FACTS_SYSTEM), HumanMessage(prompt)]
     model = with_output_cap(deps.summary_model, FACTS_TOKENS)
     config = call_config("facts", owner_id, conversation_id)
-    data, raw = await deps.json_answers.ask(model, messages, FACTS_SCHEMA, config)
-    facts = found(data, text, keys)
+    schema = GROUP_FACTS_SCHEMA if group else FACTS_SCHEMA
+    data, raw = await deps.json_answers.ask(model, messages, schema, config)
+    facts = found(data, text, known)
     if not facts and raw.strip() not in ("[]", "{}", "") and data in (None, ""):
         logger.warning("fact extraction for %s: no readable facts in the answer", owner_id)
     return facts
@@ -269,7 +322,7 @@ def batches(
     out: list[Batch] = []
     while rows:
         taken, texts = take_segments(rows, limits, deps.counter)
-        has_user = any(r["role"] in ("user", SHARED_ROLE) for r in taken)
+        has_user = any(r["role"] in ("user", SHARED_ROLE) or is_members(r["role"]) for r in taken)
         ids = [r["id"] for r in taken]
         first, *more = texts if has_user else [""]
         out.append(Batch(owner_id, conversation_id, ids, first, more))
@@ -308,13 +361,13 @@ async def extract_batch(deps: GraphDeps, batch: Batch) -> int:
     """
     if not batch.text:
         return await store_and_mark(deps, batch, [], batch.ids)
-    known = await deps.memory.list_facts(batch.owner_id, deps.settings.max_facts)
+    known = await known_for(deps, batch.owner_id, batch.texts)
     if batch.more:
         return await _extract_parts(deps, batch, known)
     try:
         facts = await ask_facts(deps, batch.owner_id, batch.conversation_id, batch.text, known)
     except CutAnswer as exc:
-        salvaged = found(complete_items(exc.text), batch.text, [r["key"] for r in known])
+        salvaged = found(complete_items(exc.text), batch.text, known)
         return await _recover(deps, batch, salvaged, None)
     except Exception as exc:
         if not is_refusal(exc):
@@ -328,17 +381,16 @@ async def _extract_parts(deps: GraphDeps, batch: Batch, known: list[dict[str, An
     stored and marked once every part was read. A part cut at the cap keeps its complete
     facts; a part the model refuses gives none (logged); other errors propagate."""
     facts: list[dict[str, Any]] = []
-    keys = [row["key"] for row in known]
     for i, text in enumerate(batch.texts, 1):
         try:
             facts += await ask_facts(deps, batch.owner_id, batch.conversation_id, text, known)
         except CutAnswer as exc:
-            facts += found(complete_items(exc.text), text, keys)
+            facts += found(complete_items(exc.text), text, known)
         except Exception as exc:
             if not is_refusal(exc):
                 raise
             log_failure(logger, f"fact extraction of part {i} of message {batch.ids}", exc)
-    merged = {f["key"]: f for f in facts}  # a later part says the newer thing
+    merged = {(f["member"], f["key"]): f for f in facts}  # a later part says the newer thing
     return await store_and_mark(deps, batch, list(merged.values()), batch.ids)
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from src.graph.deps import GraphDeps
 from src.graph.memory.epoch import moved, started
 from src.graph.memory.errors import log_failure
+from src.graph.memory.fact_members import by_member
 from src.storage.base import Conn
 from src.storage.epochs import still_holds
 from src.storage.erasure_repo import Deleted, ErasureRepository, FactKey
@@ -98,20 +99,23 @@ async def store_facts(
     source: uuid.UUID | None,
     conn: Conn,
 ) -> list[Deleted]:
-    """Store extracted facts in the caller's transaction: each `delete` of a current key
-    takes the door every delete of memory takes (erasure_repo.py: a new memory epoch, the
-    fact redacted from the checkpoints), the rest are upserted. Return what was deleted."""
+    """Store extracted facts in the caller's transaction, each as its owner's (`member`:
+    in a group a member's, else the owner's own): each `delete` of a current key takes
+    the door every delete of memory takes (erasure_repo.py: a new memory epoch, the fact
+    redacted from the checkpoints), the rest are upserted. Return what was deleted."""
     deleted: list[Deleted] = []
-    current = set(await deps.memory.fact_keys(owner, None, conn=conn))
-    for fact in facts:
-        if fact.get("action") == "delete" and fact["key"] in current:
-            what = FactKey(fact["key"])
-            deleted.append(
-                await ErasureRepository(deps.conversations.pool).delete(owner, what, conn)
-            )
-    kept = [f for f in facts if f.get("action") != "delete"]
-    if kept:
-        await deps.memory.upsert_facts(owner, kept, source, keep=deps.settings.max_facts, conn=conn)
+    for member, theirs in by_member(facts).items():
+        current = set(await deps.memory.fact_keys(owner, None, conn=conn, member=member))
+        for fact in theirs:
+            if fact.get("action") == "delete" and fact["key"] in current:
+                what = FactKey(fact["key"], member)
+                deleted.append(
+                    await ErasureRepository(deps.conversations.pool).delete(owner, what, conn)
+                )
+        kept = [f for f in theirs if f.get("action") != "delete"]
+        if kept:
+            keep = deps.settings.max_facts
+            await deps.memory.upsert_facts(owner, kept, source, keep, conn, member)
     return deleted
 
 
