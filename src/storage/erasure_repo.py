@@ -65,6 +65,9 @@ WHERE conversation_id IN (SELECT id FROM conversations WHERE telegram_user_id = 
   AND squashed_at IS NULL AND NOT facts_extracted AND (meta ->> 'author')::bigint = %s
 """
 DELETE_FACTS = "DELETE FROM facts WHERE telegram_user_id = %s RETURNING key, value, valid_to"
+# A person's /erase: their own facts in every group too (facts about them, kept there
+# as a member's); the groups' conversations and own facts stay the groups'.
+DELETE_FACTS_AS_MEMBER = "DELETE FROM facts WHERE member_id = %s AND telegram_user_id <> %s"
 DELETE_COMPACT = """
 DELETE FROM session_compacts WHERE telegram_user_id = %s AND id = %s
 RETURNING summary, last_action
@@ -255,6 +258,9 @@ class ErasureRepository(Repository):
                 )
                 cur = await c.execute(query, (owner,))
                 erased.rows[table] = erased.rows.get(table, 0) + cur.rowcount
+            if owner > 0:  # a person (groups have negative ids)
+                cur = await c.execute(DELETE_FACTS_AS_MEMBER, (owner, owner))
+                erased.rows["facts"] = erased.rows.get("facts", 0) + cur.rowcount
             erased.rows["inbox"] = (await c.execute(DELETE_INBOX, (owner, current_update))).rowcount
             erased.rows["outbox"] = (await c.execute(DELETE_OUTBOX, (owner,))).rowcount
             totals = {"owner": owner, "kept_since": kept_since, "zone": zone}

@@ -181,3 +181,24 @@ async def test_a_groups_export_and_erase_cover_its_members_facts(
         )
         assert (await cur.fetchone())["n"] == 0  # history too
     assert [f["value"] for f in await memory.list_facts(ANN)] == ["Rex"]
+
+
+async def test_a_persons_erase_takes_their_facts_in_groups_too(
+    start_bot: Any, tg: FakeBotAPI, pool: Any
+) -> None:
+    """/erase in a private chat deletes everything about the person: their own facts
+    kept in groups as a member's go too; the group's own and other members' stay."""
+    bot = await start_bot()
+    service, memory = bot.runtime.service, bot.runtime.deps.memory
+    await memory.upsert_fact(GROUP, "project", "Apollo")
+    await memory.upsert_fact(GROUP, "city", "Paris", member=ANN)
+    await memory.upsert_fact(GROUP, "city", "Rome", member=ANN)  # Paris becomes history
+    await memory.upsert_fact(GROUP, "city", "Oslo", member=BOB)
+    await memory.upsert_fact(ANN, "pet", "Rex")
+    await service.erase(Identity(ANN))
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT telegram_user_id, member_id, key, value FROM facts ORDER BY value"
+        )
+        left = [tuple(r.values()) for r in await cur.fetchall()]
+    assert left == [(GROUP, 0, "project", "Apollo"), (GROUP, BOB, "city", "Oslo")]
