@@ -114,7 +114,8 @@ class Settings(BaseSettings):
     max_context: int = Field(30, ge=1)
     max_storage: int = Field(0, ge=0)
     timezone: str = "Europe/Moscow"
-    time_label: str = "Текущее время"
+    time_label: str = ""
+    """The time stamp's label for everybody; empty: the user's language's."""
     max_input_chars: int = Field(16_000, ge=100)
     token_counter: Literal["auto", "tiktoken", "approx"] = "auto"
 

@@ -21,7 +21,7 @@ from src.graph.deps import GraphDeps
 from src.graph.memory.epoch import delete_in_turn
 from src.graph.memory.fact_keys import find_key, normalize_key
 from src.graph.memory.facts import OWN_WORDS_TYPES, own_words
-from src.graph.timestamps import strip_stamp
+from src.graph.timestamps import strip_stamp, turn_zone
 from src.storage.erasure_repo import FactKey
 from src.storage.memory_repo import fact_value
 from src.storage.search_ranking import SemanticQuery
@@ -65,22 +65,21 @@ async def topic_scope(
     return inside, len(await deps.conversations.conversation_ids(owner)) > len(inside)
 
 
-def format_compacts(rows: list[dict[str, Any]], deps: GraphDeps) -> str:
-    """Render session compacts as the model reads them, oldest first."""
+def format_compacts(rows: list[dict[str, Any]], zone: ZoneInfo) -> str:
+    """Render session compacts as the model reads them, oldest first, dated in `zone`."""
     if not rows:
         return "No previous conversations are remembered."
-    lines = [compact_line(row, deps.settings.zone) for row in reversed(rows)]
+    lines = [compact_line(row, zone) for row in reversed(rows)]
     return "Previous conversations (oldest first):\n" + "\n".join(lines)
 
 
-def format_found(rows: list[dict[str, Any]], query: str, deps: GraphDeps) -> str:
-    """Render found messages with date, role and `#number`, best match first.
+def format_found(rows: list[dict[str, Any]], query: str, zone: ZoneInfo) -> str:
+    """Render found messages with date (in `zone`), role and `#number`, best match first.
 
     A hit's next message is shown when it is short: a question's answer is often there.
     """
     if not rows:
         return f"Nothing found for {query!r}."
-    zone = deps.settings.zone
     lines = []
     for row in rows:
         mark = " (compressed out of the conversation)" if row.get("squashed") else ""
@@ -154,7 +153,8 @@ def make_memory_tools(deps: GraphDeps) -> list[BaseTool]:
         rows = await deps.memory.list_compacts(
             state["user_id"], deps.settings.max_compacts, conversation_id=current
         )
-        return (TOPIC_SCOPE_NOTE if narrowed else "") + format_compacts(rows, deps)
+        zone = turn_zone(state, deps.settings)
+        return (TOPIC_SCOPE_NOTE if narrowed else "") + format_compacts(rows, zone)
 
     @tool
     async def search_history(
@@ -185,7 +185,7 @@ def make_memory_tools(deps: GraphDeps) -> list[BaseTool]:
         """
         if not query.strip():
             return "The query is empty: say what to look for."
-        zone = deps.settings.zone
+        zone = turn_zone(state, deps.settings)
         inside, narrowed = await topic_scope(deps, state, scope)
         try:
             rows = await deps.search.search_messages(
@@ -205,7 +205,7 @@ def make_memory_tools(deps: GraphDeps) -> list[BaseTool]:
                 f"The query {query!r} has only common words, which match everything. "
                 "Search for something specific: a name, a place, a thing, a number."
             )
-        return (TOPIC_SCOPE_NOTE if narrowed else "") + format_found(rows, query, deps)
+        return (TOPIC_SCOPE_NOTE if narrowed else "") + format_found(rows, query, zone)
 
     return [recall_previous_conversations, search_history]
 

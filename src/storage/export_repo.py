@@ -7,7 +7,8 @@ from typing import Any
 from src.storage.base import Repository
 
 SELECT_USER = """
-SELECT username, first_name, language_code, model, remind_of_yourself, active_messages_count,
+SELECT username, first_name, language_code, timezone, model, remind_of_yourself,
+       active_messages_count,
        created_at, last_seen_at
 FROM users WHERE telegram_user_id = %s
 """
