@@ -16,24 +16,27 @@ import logging
 from typing import Any
 
 from procrastinate import App as TaskApp
-from procrastinate import JobContext, PsycopgConnector
+from procrastinate import JobContext, PsycopgConnector, RetryStrategy
 from telegram import Update
 from telegram.error import TelegramError
 
 from src.bot.handlers import ADMITTED
 from src.bot.state import BotState
+from src.bot.task_runs import TaskRunner
 from src.services.texts import t
-from src.storage.delivery_repo import DeliveryRepository
+from src.storage.delivery_repo import QUEUE, UPDATE_TASK, DeliveryRepository
+from src.storage.tasks_repo import DUE_TASK
 
 logger = logging.getLogger(__name__)
 
-QUEUE = "tgagent_updates"
-TASK = "tgagent.handle_update"
+TASK = UPDATE_TASK
 # A job started this often without finishing (its process died each time) is dropped
 # with one sentence to the user instead of killing the next worker too.
 MAX_ATTEMPTS = 5
 # procrastinate's own connections: its LISTEN connection, fetching and finishing jobs.
 QUEUE_CONNECTIONS = 4
+# A slot's claim that failed is tried again every few seconds, for about an hour.
+DUE_RETRY = RetryStrategy(max_attempts=600, wait=6)
 
 
 class UpdateWorker:
@@ -50,6 +53,10 @@ class UpdateWorker:
         )
         self.tasks = TaskApp(connector=connector)
         self.tasks.task(name=TASK, queue=QUEUE, pass_context=True)(self.handle)
+        # Scheduled tasks' slots (src/bot/task_runs.py): a claim that failed (the
+        # database went away) is tried again, not dropped with the task's future.
+        self.runner = TaskRunner(app, state)
+        self.tasks.task(name=DUE_TASK, queue=QUEUE, retry=DUE_RETRY)(self.runner.due)
         self.running = asyncio.Event()
 
     @property
@@ -135,6 +142,8 @@ class UpdateWorker:
         elif attempts >= MAX_ATTEMPTS:
             logger.error("update %s dropped after %d attempts", update_id, attempts)
             await self._apologize(row["payload"])
+        elif "task_run" in row["payload"]:
+            await self.runner.run(update_id, row["payload"]["task_run"])
         else:
             update = Update.de_json(row["payload"], self.app.bot)
             token = ADMITTED.set(True)  # counted against the rate limit when received

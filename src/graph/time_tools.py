@@ -8,19 +8,26 @@ runs, it comes back as the user's message of a turn, never as a system instructi
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated, Any
 
 from langchain_core.tools import BaseTool, tool
 from langgraph.prebuilt import InjectedState
 
 from src.graph.deps import GraphDeps
-from src.graph.timestamps import zone_named
+from src.graph.timestamps import owner_zone, zone_named
+from src.services.task_times import BadTime, check_cron, parse_when
+from src.storage.tasks_repo import TaskRepository
 
 State = Annotated[dict[str, Any], InjectedState]
+# Longest instruction a task keeps: a reminder or a request, not a document.
+MAX_INSTRUCTION_CHARS = 1000
 
 
 def make_time_tools(deps: GraphDeps) -> list[BaseTool]:
-    """Build set_timezone over the injected users repository."""
+    """Build set_timezone, schedule_task and cancel_task over the injected pool."""
+    tasks = TaskRepository(deps.conversations.pool)
+    settings = deps.settings
 
     @tool
     async def set_timezone(zone: str, state: State) -> str:
@@ -38,4 +45,79 @@ def make_time_tools(deps: GraphDeps) -> list[BaseTool]:
         await deps.users.set_timezone(state["user_id"], found.key)
         return f"The user's time zone is now {found.key}."
 
-    return [set_timezone]
+    @tool
+    async def schedule_task(
+        when: str, instruction: str, state: State, repeat: str | None = None
+    ) -> str:
+        """Schedule a task the user asks for: a reminder or something to do later or
+        regularly ("remind me tomorrow at 9:00 to call the dentist", "every Friday at
+        18:00 ask me what I finished this week"). At its time the instruction comes back
+        to you as the user's message in this chat, and you act on it then (you can use
+        memory and tools). Times are in the user's time zone.
+
+        Args:
+            when: the first run: an ISO time (2026-12-01T09:00) or a phrase such as
+                "in 10 minutes", "tomorrow at 9:00", "завтра в 9:00".
+            instruction: what to do then, in the user's words and language, e.g.
+                "Remind me to call the dentist".
+            repeat: for a repeating task, a cron expression in the user's time zone
+                (minute hour day month weekday: "0 18 * * 5" = Fridays at 18:00); the
+                runs follow it from `when` on. Omit for a single run.
+        """
+        owner = state["user_id"]
+        text = " ".join((instruction or "").split())
+        if not text:
+            return "Error: the instruction is empty: say what to do then."
+        if len(text) > MAX_INSTRUCTION_CHARS:
+            return f"Error: the instruction is longer than {MAX_INSTRUCTION_CHARS} characters."
+        zone = owner_zone(await deps.users.get(owner), settings)
+        now = deps.clock()
+        try:
+            first = parse_when(when, zone, now)
+            cron = None
+            if repeat and repeat.strip() and repeat.strip().lower() not in ("none", "null"):
+                cron = check_cron(repeat, zone, now, settings.min_task_interval)
+        except BadTime as exc:
+            return f"Error: {exc}."
+        topic = 0
+        if state.get("conversation_id"):
+            row = await deps.conversations.get_conversation(
+                uuid.UUID(str(state["conversation_id"]))
+            )
+            topic = int(row["topic_id"]) if row is not None else 0
+        values = {
+            "owner_id": owner,
+            "topic_id": topic,
+            "language_code": state.get("language"),
+            "instruction": text,
+            "repeat": cron,
+            "timezone": zone.key,
+        }
+        task = await tasks.create(values, first, settings.max_tasks)
+        if task is None:
+            return (
+                f"Error: the user has {settings.max_tasks} active tasks, the most allowed: "
+                "they can cancel one (/tasks) first."
+            )
+        local = first.astimezone(zone)
+        again = f", then repeats by cron {cron!r}" if cron else ""
+        return (
+            f"Scheduled task #{task['id']}: first run {local:%Y-%m-%d %H:%M:%S} "
+            f"({zone.key}){again}. The user sees their tasks with /tasks."
+        )
+
+    @tool
+    async def cancel_task(id: int, state: State) -> str:
+        """Cancel one of the user's scheduled tasks (its future runs), when the user asks
+        to stop or drop it.
+
+        Args:
+            id: the task's number, as schedule_task or the user's /tasks list gave it.
+        """
+        if await tasks.cancel(state["user_id"], int(id)):
+            return f"Task #{id} is cancelled."
+        active = await tasks.active(state["user_id"])
+        known = ", ".join(f"#{t['id']}: {t['instruction'][:60]}" for t in active) or "none"
+        return f"The user has no active task #{id}. Their active tasks: {known}."
+
+    return [set_timezone, schedule_task, cancel_task]

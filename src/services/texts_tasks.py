@@ -24,6 +24,7 @@ TASK_TEXTS: dict[str, dict[str, str]] = {
         "task_not_found": "Задачи #{id} нет (уже отменена или выполнена).",
         "task_note": "[Запланированная задача #{id}, поставлена пользователем{late}: {text}]",
         "task_late": ", выполняется с опозданием: запланирована на {slot}",
+        "export_md_tasks": "Запланированные задачи",
     },
     "en": {
         "cmd_tz": "your time zone: /tz Europe/Berlin",
@@ -45,5 +46,6 @@ TASK_TEXTS: dict[str, dict[str, str]] = {
         "task_not_found": "There is no task #{id} (cancelled or done already).",
         "task_note": "[Scheduled task #{id}, set by the user{late}: {text}]",
         "task_late": ", running late: it was due at {slot}",
+        "export_md_tasks": "Scheduled tasks",
     },
 }
