@@ -10,6 +10,7 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from src.bot.task_commands import TASK_DATA
@@ -259,3 +260,58 @@ async def test_export_holds_the_zone_and_tasks_and_erase_deletes_them(
     tg.push_text(ANN, "/tasks", language_code="en")
     [*_, listing] = await tg.await_messages(ANN, before + 2)
     assert listing["text"] == t("tasks_none", "en")
+
+
+async def test_a_slot_missed_while_all_was_down_runs_once_on_start_marked_late(
+    start_bot: Any, tg: FakeBotAPI, llm: Any, pool: Any
+) -> None:
+    """Three hourly slots passed while no process ran: one run at the start, told late,
+    and the next slot after now."""
+    bot = await start_bot()
+    llm.script_for(
+        CHAT_MODEL,
+        {"tool_calls": [schedule("in 1 hour", "Hourly check", repeat="0 * * * *")]},
+        "Sure.",
+    )
+    tg.push_text(ANN, "check hourly", language_code="en")
+    await tg.await_messages(ANN, 1)
+    await bot.close()
+    # Everything was down for three hours: the waiting slot is long past.
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "UPDATE scheduled_tasks SET next_at = date_trunc('hour', now()) - interval '2 hours'"
+            " RETURNING next_at"
+        )
+        missed = (await cur.fetchone())["next_at"]
+        await conn.execute(
+            "UPDATE procrastinate_jobs SET scheduled_at = %s,"
+            " args = jsonb_set(args, '{slot}', to_jsonb(%s::text))"
+            " WHERE queueing_lock = 'task:1' AND status = 'todo'",
+            (missed, missed.isoformat()),
+        )
+    llm.script_for(CHAT_MODEL, "Checked, a bit late.")
+    bot = await start_bot()
+    [*_, late] = await tg.await_messages(ANN, 2, timeout=20)
+    assert late["text"] == "Checked, a bit late."
+    await eventually(lambda: waiting(pool, 1))
+    [run] = await TaskRepository(pool).runs(1)
+    assert run["late"] and run["slot"] == missed
+    [note] = [c for r, c in await stored(pool, ANN) if r == "user" and "Scheduled task" in c]
+    assert ", running late: it was due at " in note
+    task = await TaskRepository(pool).get(1)
+    assert task is not None and task["next_at"] > datetime.now(UTC)
+    assert len(tg.messages_to(ANN)) == 2
+
+
+async def waiting(pool: Any, task_id: int) -> bool:
+    """Tell whether the task's run is done and only its next slot's job waits."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT (SELECT count(*) FROM procrastinate_jobs WHERE queueing_lock = %s"
+            "        AND status = 'todo' AND scheduled_at > now())"
+            "     = 1 AND NOT EXISTS (SELECT 1 FROM inbox WHERE update_id < 0"
+            "        AND done_at IS NULL) AS ok",
+            (f"task:{task_id}",),
+        )
+        row = await cur.fetchone()
+    return bool(row and row["ok"])
