@@ -31,13 +31,10 @@ def make_time_tools(deps: GraphDeps) -> list[BaseTool]:
 
     @tool
     async def set_timezone(zone: str, state: State) -> str:
-        """Set the user's time zone, in which you, their reminders and their tasks tell
-        the time. Use it when the user says where they are or live now ("I moved to
-        Berlin", "I'm in Tokyo this week"), or names their time zone.
+        """Set the user's time zone when they say where they are ("I moved to Berlin").
 
         Args:
-            zone: the IANA time zone name of the place, e.g. Europe/Berlin,
-                America/New_York, Asia/Tokyo.
+            zone: an IANA name, e.g. Europe/Berlin.
         """
         found = zone_named(zone)
         if found is None:
@@ -49,20 +46,15 @@ def make_time_tools(deps: GraphDeps) -> list[BaseTool]:
     async def schedule_task(
         when: str, instruction: str, state: State, repeat: str | None = None
     ) -> str:
-        """Schedule a task the user asks for: a reminder or something to do later or
-        regularly ("remind me tomorrow at 9:00 to call the dentist", "every Friday at
-        18:00 ask me what I finished this week"). At its time the instruction comes back
-        to you as the user's message in this chat, and you act on it then (you can use
-        memory and tools). Times are in the user's time zone.
+        """Schedule a reminder or a task the user asks for, once or repeating. At its
+        time the instruction comes back to you as the user's message, to act on.
 
         Args:
-            when: the first run: an ISO time (2026-12-01T09:00) or a phrase such as
-                "in 10 minutes", "tomorrow at 9:00", "завтра в 9:00".
-            instruction: what to do then, in the user's words and language, e.g.
-                "Remind me to call the dentist".
-            repeat: for a repeating task, a cron expression in the user's time zone
-                (minute hour day month weekday: "0 18 * * 5" = Fridays at 18:00); the
-                runs follow it from `when` on. Omit for a single run.
+            when: first run, in the user's time zone: ISO (2026-12-01T09:00) or a phrase
+                ("in 10 minutes", "tomorrow at 9:00").
+            instruction: what to do then, in the user's words.
+            repeat: a cron expression for repeats ("0 18 * * 5": Fridays 18:00); omit
+                for one run.
         """
         owner = state["user_id"]
         text = " ".join((instruction or "").split())
@@ -108,11 +100,10 @@ def make_time_tools(deps: GraphDeps) -> list[BaseTool]:
 
     @tool
     async def cancel_task(id: int, state: State) -> str:
-        """Cancel one of the user's scheduled tasks (its future runs), when the user asks
-        to stop or drop it.
+        """Cancel one of the user's scheduled tasks.
 
         Args:
-            id: the task's number, as schedule_task or the user's /tasks list gave it.
+            id: the task's number.
         """
         if await tasks.cancel(state["user_id"], int(id)):
             return f"Task #{id} is cancelled."

@@ -331,13 +331,14 @@ class AgentService(MemoryCommands):
 
     async def budget_refusal(self, identity: Identity) -> str | None:
         """Return the sentence for an owner over their token budget (when it resets, in
-        TIMEZONE), or None when they may call models (admins always may)."""
+        their zone), or None when they may call models (admins always may)."""
         if self.usage is None:
             return None
         resets = await self.usage.budget.resets_at(identity.owner_id, identity.sender_id)
         if resets is None:
             return None
-        local = resets.astimezone(self.settings.zone)
+        user = await self.deps.users.get(identity.owner_id)
+        local = resets.astimezone(owner_zone(user, self.settings))
         logger.info("user %s is over the token budget until %s", identity.owner_id, local)
         return t("over_budget", identity.language_code, when=f"{local:%Y-%m-%d %H:%M}")
 
