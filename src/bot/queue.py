@@ -5,7 +5,9 @@ were stored, across every process (`tgagent bot` and any number of `tgagent work
 different chats run concurrently, WORKER_CONCURRENCY per process. A job whose process
 died (SIGKILL, OOM, a lost machine) is found by its worker's missing heartbeat after
 WORKER_STALLED_SECONDS and runs again: a turn that stored its reply only sends it (the
-outbox), one that stored only the user's message runs on that message.
+outbox), one that stored only the user's message runs on that message. Scheduled tasks
+ride the same queue: a job at each slot claims it, and the run it stores in the inbox is a
+job of its chat like an update (src/bot/task_runs.py).
 """
 
 from __future__ import annotations
