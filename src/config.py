@@ -114,7 +114,12 @@ class Settings(BaseSettings):
     max_context: int = Field(30, ge=1)
     max_storage: int = Field(0, ge=0)
     timezone: str = "Europe/Moscow"
-    time_label: str = "Текущее время"
+    max_tasks: int = Field(20, ge=0)
+    """Active scheduled tasks an owner may have (issue 35)."""
+    min_task_interval: float = Field(3600.0, ge=1)
+    """Seconds: a repeating task runs at most this often."""
+    time_label: str = ""
+    """The time stamp's label for everybody; empty: the user's language's."""
     max_input_chars: int = Field(16_000, ge=100)
     token_counter: Literal["auto", "tiktoken", "approx"] = "auto"
 

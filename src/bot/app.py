@@ -19,6 +19,7 @@ from src.bot.queue import UpdateWorker
 from src.bot.receive import Receiver
 from src.bot.state import BOT_DATA_KEY, BotState, state_of
 from src.bot.stops import StopChannel
+from src.bot.task_commands import TASK_COMMANDS
 from src.config import ConfigError, Settings
 from src.services.factory import Runtime, build_runtime
 from src.services.reminders import ReminderService
@@ -77,7 +78,7 @@ def build_application(
     )
     app.bot_data[BOT_DATA_KEY] = BotState.from_settings(settings, runtime)
     # Before the others: their handler of unknown commands would take these.
-    for name, callback in (DATA_COMMANDS | MEMORY_COMMANDS).items():
+    for name, callback in (DATA_COMMANDS | MEMORY_COMMANDS | TASK_COMMANDS).items():
         app.add_handler(CommandHandler(name, callback))
     handlers.register(app)
     return app

@@ -22,6 +22,7 @@ from telegram.ext import ApplicationHandlerStop, ContextTypes
 from src.bot.chats import identity_of, is_anonymous_admin, is_private, topic_of
 from src.bot.sending import reply_text, typing
 from src.bot.state import BotState, state_of
+from src.graph.timestamps import own_zone
 from src.services.agent_service import Identity
 from src.services.texts import t
 from src.services.usage_report import UsageReports, render_owner, render_top
@@ -304,7 +305,9 @@ async def cmd_usage(update: Update, context: Context) -> None:
             return
         await say(message, render_top(await reports.top_periods(), lang))
         return
-    owner = await reports.owner(identity_of(message).owner_id)
+    owner_id = identity_of(message).owner_id
+    zone = own_zone(await state.service.deps.users.get(owner_id))
+    owner = await reports.owner(owner_id, zone)
     daily, monthly = settings.user_daily_tokens, settings.user_monthly_tokens
     usd = settings.user_daily_usd, settings.user_monthly_usd
     await say(message, render_owner(owner, lang, daily, monthly, *usd))

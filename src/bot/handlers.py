@@ -205,7 +205,7 @@ async def on_media(update: Update, context: Context) -> None:
         # after a death in between acknowledges, never answers, what was stored.
         text = acknowledgement(turn, lang)
         ack = await keep_aside(update, context, ACK, text)
-        await state.service.remember(identity_of(message), said, delivery, turn)
+        await state.service.remember(identity_of(message), said, delivery, turn, message.date)
         if ack is None:
             await say(message, text)
         else:
@@ -261,7 +261,7 @@ async def answer(
     if waited > state.settings.turn_wait_limit:
         # Kept in the history for later turns, but too stale to answer now.
         if said:
-            await state.service.remember(identity, said, delivery, media)
+            await state.service.remember(identity, said, delivery, media, message.date)
         await say(message, t("waited_too_long", lang, minutes=round(waited / 60)))
         return
     live = LiveReply(
@@ -271,8 +271,14 @@ async def answer(
     try:
         live.start()
         async with typing(message):
+            # Stamped with when Telegram says it was sent: it may have waited in the queue.
             result = await state.service.handle_message(
-                identity, said, delivery=delivery, stream=live.stream, media=media
+                identity,
+                said,
+                delivery=delivery,
+                stream=live.stream,
+                media=media,
+                sent_at=message.date,
             )
     finally:
         state.live.remove(live)

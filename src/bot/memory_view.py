@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup
 
@@ -90,7 +91,16 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
-def _fact_line(number: int, fact: dict[str, Any], lang: str | None) -> str:
+def _day(when: Any, zone: ZoneInfo | None) -> str | None:
+    """Return a stored time's day in the owner's `zone` (None: not a time)."""
+    if not isinstance(when, datetime):
+        return None
+    return f"{when.astimezone(zone) if zone is not None else when:%Y-%m-%d}"
+
+
+def _fact_line(
+    number: int, fact: dict[str, Any], lang: str | None, zone: ZoneInfo | None = None
+) -> str:
     kind = fact.get("type") or "fact"
     label = f" ({t('fact_type_' + kind, lang)})" if kind in LABELLED_TYPES else ""
     key, value = fact_key(fact.get("key", "?")), fact_value(fact.get("value", ""))
@@ -99,14 +109,14 @@ def _fact_line(number: int, fact: dict[str, Any], lang: str | None) -> str:
     line = f"{number}. {whose}{key}: {value}{label}"
     previous, until = fact.get("previous_value"), fact.get("previous_until")
     if previous:
-        date = f"{until:%Y-%m-%d}" if isinstance(until, datetime) else "?"
+        date = _day(until, zone) or "?"
         line += t("memory_was", lang, value=_clip(fact_value(previous), PREVIOUS_CHARS), date=date)
     return line
 
 
-def _compact_line(number: int, compact: dict[str, Any]) -> str:
-    when = compact.get("created_at")
-    stamp = f"{when:%Y-%m-%d} " if isinstance(when, datetime) else ""
+def _compact_line(number: int, compact: dict[str, Any], zone: ZoneInfo | None = None) -> str:
+    day = _day(compact.get("created_at"), zone)
+    stamp = f"{day} " if day else ""
     topics = _clip(", ".join(compact.get("topics") or []), TOPICS_CHARS)
     about = f" [{topics}]" if topics else ""
     summary = _clip(str(compact.get("summary") or ""), COMPACT_CHARS)
@@ -114,11 +124,14 @@ def _compact_line(number: int, compact: dict[str, Any]) -> str:
 
 
 def items_of(report: dict[str, Any], lang: str | None) -> list[Item]:
-    """Return the facts, then the compacts, as one numbered list."""
-    facts = list(report.get("facts") or [])
-    items = [Item(FACT, f.get("id"), n, _fact_line(n, f, lang)) for n, f in enumerate(facts, 1)]
+    """Return the facts, then the compacts, as one numbered list, dated in the owner's
+    zone (the report's `zone`)."""
+    facts, zone = list(report.get("facts") or []), report.get("zone")
+    items = [
+        Item(FACT, f.get("id"), n, _fact_line(n, f, lang, zone)) for n, f in enumerate(facts, 1)
+    ]
     for n, compact in enumerate(report.get("compacts") or [], len(items) + 1):
-        items.append(Item(COMPACT, compact.get("id"), n, _compact_line(n, compact)))
+        items.append(Item(COMPACT, compact.get("id"), n, _compact_line(n, compact, zone)))
     return items
 
 

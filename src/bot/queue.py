@@ -5,7 +5,9 @@ were stored, across every process (`tgagent bot` and any number of `tgagent work
 different chats run concurrently, WORKER_CONCURRENCY per process. A job whose process
 died (SIGKILL, OOM, a lost machine) is found by its worker's missing heartbeat after
 WORKER_STALLED_SECONDS and runs again: a turn that stored its reply only sends it (the
-outbox), one that stored only the user's message runs on that message.
+outbox), one that stored only the user's message runs on that message. Scheduled tasks
+ride the same queue: a job at each slot claims it, and the run it stores in the inbox is a
+job of its chat like an update (src/bot/task_runs.py).
 """
 
 from __future__ import annotations
@@ -22,14 +24,15 @@ from telegram.error import TelegramError
 
 from src.bot.handlers import ADMITTED
 from src.bot.state import BotState
+from src.bot.task_runs import TaskRunner
 from src.services.agent_service import DB_ERRORS
 from src.services.texts import t
-from src.storage.delivery_repo import DeliveryRepository
+from src.storage.delivery_repo import QUEUE, UPDATE_TASK, DeliveryRepository
+from src.storage.tasks_repo import DUE_TASK
 
 logger = logging.getLogger(__name__)
 
-QUEUE = "tgagent_updates"
-TASK = "tgagent.handle_update"
+TASK = UPDATE_TASK
 # A job started this often without finishing (its process died each time) is dropped
 # with one sentence to the user instead of killing the next worker too.
 MAX_ATTEMPTS = 5
@@ -42,6 +45,8 @@ QUEUE_CONNECTIONS = 4
 DB_WAIT_MAX = 10.0
 DB_PATIENCE = 300.0
 DB_RETRY_SECONDS = 30
+# A slot's claim that failed is tried again every few seconds, for about an hour.
+DUE_RETRY = RetryStrategy(max_attempts=600, wait=6)
 
 
 class UpdateWorker:
@@ -61,6 +66,10 @@ class UpdateWorker:
             max_attempts=MAX_ATTEMPTS, wait=DB_RETRY_SECONDS, retry_exceptions=set(DB_ERRORS)
         )
         self.tasks.task(name=TASK, queue=QUEUE, pass_context=True, retry=retry)(self.handle)
+        # Scheduled tasks' slots (src/bot/task_runs.py): a claim that failed (the
+        # database went away) is tried again, not dropped with the task's future.
+        self.runner = TaskRunner(app, state)
+        self.tasks.task(name=DUE_TASK, queue=QUEUE, retry=DUE_RETRY)(self.runner.due)
         self.running = asyncio.Event()
         self.stopping = asyncio.Event()
 
@@ -166,6 +175,8 @@ class UpdateWorker:
         elif attempts >= MAX_ATTEMPTS:
             logger.error("update %s dropped after %d attempts", update_id, attempts)
             await self._apologize(row["payload"])
+        elif "task_run" in row["payload"]:
+            await self.runner.run(update_id, row["payload"]["task_run"])
         else:
             update = Update.de_json(row["payload"], self.app.bot)
             token = ADMITTED.set(True)  # counted against the rate limit when received

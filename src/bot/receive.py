@@ -41,6 +41,7 @@ from src.bot.memory_commands import memory_pressed
 from src.bot.memory_view import MEMORY_DATA
 from src.bot.queue import QUEUE, TASK
 from src.bot.state import BotState
+from src.bot.task_commands import TASK_DATA, task_pressed
 from src.config import WEBHOOK_SECRET_MISSING, ConfigError
 from src.services.texts import t
 
@@ -211,6 +212,9 @@ class Receiver:
                 return
             if (query.data or "").startswith(MEMORY_DATA):
                 await memory_pressed(self.state, self.app.bot, query)
+                return
+            if (query.data or "").startswith(TASK_DATA):
+                await task_pressed(self.state, self.app.bot, query)
                 return
             if query.data == ERASE_DATA:
                 await erase_pressed(self.state, self.app.bot, query)

@@ -47,6 +47,11 @@ OWNER_ROWS: tuple[tuple[str, str], ...] = (
     # The embedding worker runs beside the bot, not in the graph a replay runs.
     ("embedding_state", "false"),
     ("embedding_failures", "false"),
+    # schedule_task writes the owner's tasks; the job it defers for the first slot finds
+    # no such task outside the copy (its id is the real sequence's) and does nothing.
+    ("scheduled_tasks", "owner_id = %(owner)s"),
+    # Slots are claimed by the bot's job queue, never by a replay.
+    ("task_runs", "false"),
 )
 SCHEMA_OF = """
 SELECT n.nspname AS schema FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace

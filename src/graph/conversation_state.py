@@ -21,6 +21,9 @@ class ConversationState(TypedDict, total=False):
     """The conversation (and LangGraph thread) this turn belongs to."""
     language: str | None
     """The user's Telegram language code, for the bot's own texts."""
+    zone: str
+    """The owner's time zone (IANA name: their own, else TIMEZONE): the times tools and
+    the prompt show are in it. Empty: TIMEZONE."""
     model: str
     """The chat model answering this turn: the owner's /model choice, else LLM_MODEL;
     FALLBACK_MODEL once that one failed with a server error or a timeout."""
@@ -77,6 +80,7 @@ def turn_input(
     language: str | None = None,
     model: str = "",
     member_id: int = 0,
+    zone: str = "",
 ) -> dict[str, Any]:
     """Return a turn's input state for the stored user message `stored`.
 
@@ -87,6 +91,7 @@ def turn_input(
         "member_id": member_id,
         "conversation_id": conversation_id,
         "language": language,
+        "zone": zone,
         "model": model,
         "fallback": False,
         "input_text": stored["content"],

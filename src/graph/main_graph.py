@@ -15,6 +15,7 @@ from src.graph.deps import GraphDeps
 from src.graph.frs.tools import make_frs_tools
 from src.graph.memory_nodes import MemoryNodes
 from src.graph.nodes import Nodes
+from src.graph.time_tools import make_time_tools
 from src.graph.tools import make_fact_tools, make_memory_tools
 
 NODE_NAMES = (
@@ -35,7 +36,12 @@ def tool_error_message(error: Exception) -> str:
 
 def make_tools(deps: GraphDeps) -> list[BaseTool]:
     """Return every tool the model is offered."""
-    return [*make_memory_tools(deps), *make_fact_tools(deps), *make_frs_tools(deps)]
+    return [
+        *make_memory_tools(deps),
+        *make_fact_tools(deps),
+        *make_frs_tools(deps),
+        *make_time_tools(deps),
+    ]
 
 
 def build_graph(deps: GraphDeps, checkpointer: BaseCheckpointSaver[Any] | None = None) -> Any:

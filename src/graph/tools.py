@@ -22,7 +22,7 @@ from src.graph.deps import GraphDeps
 from src.graph.memory.epoch import delete_in_turn
 from src.graph.memory.fact_keys import find_key, normalize_key
 from src.graph.memory.facts import OWN_WORDS_TYPES, own_words
-from src.graph.timestamps import strip_stamp
+from src.graph.timestamps import strip_stamp, turn_zone
 from src.storage.erasure_repo import FactKey
 from src.storage.memory_repo import fact_value
 from src.storage.search_bm25 import StopWordsOnly
@@ -67,22 +67,21 @@ async def topic_scope(
     return inside, len(await deps.conversations.conversation_ids(owner)) > len(inside)
 
 
-def format_compacts(rows: list[dict[str, Any]], deps: GraphDeps) -> str:
-    """Render session compacts as the model reads them, oldest first."""
+def format_compacts(rows: list[dict[str, Any]], zone: ZoneInfo) -> str:
+    """Render session compacts as the model reads them, oldest first, dated in `zone`."""
     if not rows:
         return "No previous conversations are remembered."
-    lines = [compact_line(row, deps.settings.zone) for row in reversed(rows)]
+    lines = [compact_line(row, zone) for row in reversed(rows)]
     return "Previous conversations (oldest first):\n" + "\n".join(lines)
 
 
-def format_found(rows: list[dict[str, Any]], query: str, deps: GraphDeps) -> str:
-    """Render found messages with date, role and `#number`, best match first.
+def format_found(rows: list[dict[str, Any]], query: str, zone: ZoneInfo) -> str:
+    """Render found messages with date (in `zone`), role and `#number`, best match first.
 
     A hit's next message is shown when it is short: a question's answer is often there.
     """
     if not rows:
         return f"Nothing found for {query!r}."
-    zone = deps.settings.zone
     lines = []
     for row in rows:
         mark = " (compressed out of the conversation)" if row.get("squashed") else ""
@@ -95,10 +94,9 @@ def format_found(rows: list[dict[str, Any]], query: str, deps: GraphDeps) -> str
     return f"Found {len(rows)} message(s) for {query!r}, best match first:\n" + "\n".join(lines)
 
 
-def format_span(rows: list[dict[str, Any]], span: Span, limit: int, deps: GraphDeps) -> str:
+def format_span(rows: list[dict[str, Any]], span: Span, limit: int, zone: ZoneInfo) -> str:
     """Render the messages of the time a query named and nothing else, newest first,
-    saying that they are that time's messages (not matches of its words)."""
-    zone = deps.settings.zone
+    dated in `zone`, saying that they are that time's messages (not matches of its words)."""
     first = span.since.astimezone(zone).date() if span.since else None
     # `until` is exclusive: the day before it is the last one listed.
     last = (span.until - timedelta(microseconds=1)).astimezone(zone).date() if span.until else None
@@ -180,7 +178,8 @@ def make_memory_tools(deps: GraphDeps) -> list[BaseTool]:
         rows = await deps.memory.list_compacts(
             state["user_id"], deps.settings.max_compacts, conversation_id=current
         )
-        return (TOPIC_SCOPE_NOTE if narrowed else "") + format_compacts(rows, deps)
+        zone = turn_zone(state, deps.settings)
+        return (TOPIC_SCOPE_NOTE if narrowed else "") + format_compacts(rows, zone)
 
     @tool
     async def search_history(
@@ -212,7 +211,7 @@ def make_memory_tools(deps: GraphDeps) -> list[BaseTool]:
         """
         if not query.strip():
             return "The query is empty: say what to look for."
-        zone = deps.settings.zone
+        zone = turn_zone(state, deps.settings)
         inside, narrowed = await topic_scope(deps, state, scope)
         try:
             found = await deps.search.find(
@@ -234,8 +233,8 @@ def make_memory_tools(deps: GraphDeps) -> list[BaseTool]:
             )
         note = TOPIC_SCOPE_NOTE if narrowed else ""
         if found.span is not None:
-            return note + format_span(found.rows, found.span, max(1, min(50, limit)), deps)
-        return note + format_found(found.rows, query, deps)
+            return note + format_span(found.rows, found.span, max(1, min(50, limit)), zone)
+        return note + format_found(found.rows, query, zone)
 
     return [recall_previous_conversations, search_history]
 

@@ -20,7 +20,7 @@ from src.graph.memory.epoch import begin
 from src.graph.memory.fact_members import AUTHOR
 from src.graph.model_calls import OverBudget, turn_metadata
 from src.graph.nodes import ModelFailure
-from src.graph.timestamps import stamp
+from src.graph.timestamps import own_zone, owner_zone, stamp
 from src.services.embedding_worker import EmbeddingWorker
 from src.services.media import MediaTurn
 from src.services.memory_commands import MemoryCommands
@@ -89,6 +89,7 @@ class AgentService(MemoryCommands):
         delivery: Delivery | None = None,
         stream: TurnStream | None = None,
         media: MediaTurn | None = None,
+        sent_at: datetime | None = None,
     ) -> TurnResult:
         """Store the user's message, run the graph, and return the reply.
 
@@ -98,7 +99,9 @@ class AgentService(MemoryCommands):
         message instead of storing it twice. With a `stream`, the turn is watched live.
         With `media` (voice, photos, documents: `text` is then read from them), the
         message's meta says what it held, its photos go to the model, and an album's
-        other updates are marked answered with it.
+        other updates are marked answered with it. `sent_at`: when Telegram says the
+        message was sent (a message that waited in the queue is stamped with it, not with
+        the time its turn ran); None: now.
 
         The reply is returned as soon as it is stored; the memory work after it (summary,
         facts) goes on in the background, and gives way: the owner's next turn or command
@@ -110,7 +113,9 @@ class AgentService(MemoryCommands):
             return TurnResult(refusal, ok=False, stored=False)
         loop = asyncio.get_running_loop()
         result: asyncio.Future[TurnResult] = loop.create_future()
-        task = asyncio.create_task(self._run_turn(identity, text, result, delivery, stream, media))
+        task = asyncio.create_task(
+            self._run_turn(identity, text, result, delivery, stream, media, sent_at)
+        )
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         return await asyncio.shield(result)
@@ -123,6 +128,7 @@ class AgentService(MemoryCommands):
         delivery: Delivery | None = None,
         stream: TurnStream | None = None,
         media: MediaTurn | None = None,
+        sent_at: datetime | None = None,
     ) -> None:
         started = time.perf_counter()
         lang = identity.language_code
@@ -144,7 +150,16 @@ class AgentService(MemoryCommands):
             async with self.locks.hold(identity.owner_id, along) as start:
                 assert start is not None
                 await self._turn_locked(
-                    identity, text, result, started, progress, start, delivery, stream, media
+                    identity,
+                    text,
+                    result,
+                    started,
+                    progress,
+                    start,
+                    delivery,
+                    stream,
+                    media,
+                    sent_at,
                 )
         except DB_ERRORS:
             logger.error("database unavailable for a turn of %s", identity.owner_id, exc_info=True)
@@ -178,9 +193,11 @@ class AgentService(MemoryCommands):
         delivery: Delivery | None = None,
         stream: TurnStream | None = None,
         media: MediaTurn | None = None,
+        sent_at: datetime | None = None,
     ) -> None:
         deps, lang = self.deps, identity.language_code
         now = deps.clock()
+        zone = owner_zone(start.user, self.settings)
         model = self.model_of(start.user)
         # The owner's memory epoch, read with the lease: memory work this turn starts
         # stores nothing after a delete of memory that comes later (epoch.py).
@@ -193,8 +210,10 @@ class AgentService(MemoryCommands):
             conversation_id = uuid.UUID(str(conversation["id"]))
             row = await self._stored_message(conversation_id, start.stored_message_id, conn)
             if row is None:
+                when = min(sent_at or now, now)
+                said = stamp(text, when, self.settings, own_zone(start.user), lang)
                 row = await self._store(
-                    conversation_id, text, now, delivery, media, conn, identity.member_id
+                    conversation_id, said, delivery, media, conn, identity.member_id
                 )
         progress["stored"] = True
         refusal = await self.budget_refusal(identity)
@@ -219,7 +238,13 @@ class AgentService(MemoryCommands):
                 after=asyncio.current_task() or result,
             )
         state = turn_input(
-            identity.owner_id, str(conversation_id), row, lang, model, identity.member_id
+            identity.owner_id,
+            str(conversation_id),
+            row,
+            lang,
+            model,
+            member_id=identity.member_id,
+            zone=zone.key,
         )
         configurable: dict[str, Any] = {"thread_id": str(conversation_id)}
         if delivery is not None:
@@ -284,7 +309,7 @@ class AgentService(MemoryCommands):
         except OverBudget as exc:
             # The budget ran out half-way (tool rounds): the next call was not made.
             if not result.done():
-                when = exc.resets_at.astimezone(self.settings.zone)
+                when = exc.resets_at.astimezone(zone)
                 text = t("budget_ran_out", lang, when=f"{when:%Y-%m-%d %H:%M}")
                 result.set_result(TurnResult(text, ok=False, conversation_id=str(conversation_id)))
             return
@@ -317,13 +342,14 @@ class AgentService(MemoryCommands):
 
     async def budget_refusal(self, identity: Identity) -> str | None:
         """Return the sentence for an owner over their token budget (when it resets, in
-        TIMEZONE), or None when they may call models (admins always may)."""
+        their zone), or None when they may call models (admins always may)."""
         if self.usage is None:
             return None
         resets = await self.usage.budget.resets_at(identity.owner_id, identity.sender_id)
         if resets is None:
             return None
-        local = resets.astimezone(self.settings.zone)
+        user = await self.deps.users.get(identity.owner_id)
+        local = resets.astimezone(owner_zone(user, self.settings))
         logger.info("user %s is over the token budget until %s", identity.owner_id, local)
         return t("over_budget", identity.language_code, when=f"{local:%Y-%m-%d %H:%M}")
 
@@ -338,22 +364,21 @@ class AgentService(MemoryCommands):
     async def _store(
         self,
         conversation_id: uuid.UUID,
-        text: str,
-        now: datetime,
+        stamped: str,
         delivery: Delivery | None,
         media: MediaTurn | None,
         conn: Any,
         member: int = 0,
     ) -> dict[str, Any]:
-        """Store the user's message, linked to its update (and its album's others); in a
-        group, with its author (meta `author`: the member's user id, from the update).
+        """Store the user's message (`stamped`: with its time stamp), linked to its
+        update (and its album's others); in a group, with its author (meta `author`:
+        the member's user id, from the update).
 
         Alone, the message is one statement, committed in its own round trip; with its
         update, the statements are pipelined in one transaction (two round trips: the
         links need the message's id).
         """
         conversations = self.deps.conversations
-        stamped = stamp(text, now, self.settings)
         meta = media.meta if media is not None and media.kinds else None
         if member:
             meta = {**(meta or {}), AUTHOR: member}

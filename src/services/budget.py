@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from datetime import datetime, time, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from langchain_core.callbacks import AsyncCallbackHandler
 from langchain_core.messages import BaseMessage
@@ -29,15 +30,15 @@ from src.storage.usage_repo import CallRecord, UsageRepository
 logger = logging.getLogger(__name__)
 
 
-def day_start(now: datetime, settings: Settings) -> datetime:
-    """Return the start of `now`'s day in TIMEZONE."""
-    local = now.astimezone(settings.zone)
-    return datetime.combine(local.date(), time(), tzinfo=settings.zone)
+def day_start(now: datetime, settings: Settings, zone: ZoneInfo | None = None) -> datetime:
+    """Return the start of `now`'s day in `zone` (budgets: TIMEZONE)."""
+    zone = zone or settings.zone
+    return datetime.combine(now.astimezone(zone).date(), time(), tzinfo=zone)
 
 
-def month_start(now: datetime, settings: Settings) -> datetime:
-    """Return the start of `now`'s month in TIMEZONE."""
-    return day_start(now, settings).replace(day=1)
+def month_start(now: datetime, settings: Settings, zone: ZoneInfo | None = None) -> datetime:
+    """Return the start of `now`'s month in `zone` (budgets: TIMEZONE)."""
+    return day_start(now, settings, zone).replace(day=1)
 
 
 def next_day(now: datetime, settings: Settings) -> datetime:

@@ -3,9 +3,10 @@
 The JSON holds the stored rows as they are (format EXPORT_FORMAT): the owner's profile,
 every conversation with its running summary, every stored message (squashed originals
 included) and squash, every fact with its history, the compacts of previous
-conversations, the texts kept for facts, and usage totals by month and model. No table
-holds tasks: reminders are a setting of the profile. The Markdown file says the same for
-reading. The bot sends both as files; `tgagent chat` writes them to the working directory.
+conversations, the texts kept for facts, usage totals by month and model, and the
+scheduled tasks with their runs (reminders of inactivity are a setting of the profile).
+The Markdown file says the same for reading. The bot sends both as files; `tgagent chat`
+writes them to the working directory.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def build_export(owner: int, rows: dict[str, Any], now: datetime) -> dict[str, A
         "facts": _facts(rows["facts"]),
         "previous_conversations": rows["compacts"],
         "texts_kept_for_facts": rows["pending"],
-        "tasks": [],
+        "tasks": rows["tasks"],
         "usage": rows["usage"],
     }
     return dict(_plain(data))
@@ -154,7 +155,13 @@ def render_markdown(data: dict[str, Any], lang: str | None = None) -> str:
     lines += ["", f"## {t('export_md_conversations', lang)}", ""]
     for conv in data["conversations"]:
         lines += _markdown_conversation(conv, lang)
-    lines += [f"## {t('export_md_usage', lang)}", ""]
+    lines += [f"## {t('export_md_tasks', lang)}", ""]
+    for task in data["tasks"]:
+        repeat = t("task_repeat", lang, cron=task["repeat"]) if task["repeat"] else ""
+        lines.append(f"- #{task['id']} ({task['status']}{repeat}): {task['instruction']}")
+    if not data["tasks"]:
+        lines.append(t("export_md_none", lang))
+    lines += ["", f"## {t('export_md_usage', lang)}", ""]
     for row in data["usage"]:
         lines.append("- " + t("export_md_usage_line", lang, **row))
     if not data["usage"]:

@@ -16,6 +16,7 @@ from src.graph.deps import GraphDeps
 from src.graph.frs.compress import build_compress_graph, run_compression
 from src.graph.memory.fact_keys import find_key
 from src.graph.memory.window import window_count, window_size
+from src.graph.timestamps import own_zone, owner_zone, stamp
 from src.services.embedding_worker import EmbeddingWorker
 from src.services.erasure import MemoryEraser
 from src.services.export import ExportFile, MemoryExport
@@ -58,8 +59,7 @@ class MemoryCommands:
         async def _store(
             self,
             conversation_id: uuid.UUID,
-            text: str,
-            now: datetime,
+            stamped: str,
             delivery: Delivery | None,
             media: MediaTurn | None,
             conn: Any,
@@ -96,14 +96,18 @@ class MemoryCommands:
         text: str,
         delivery: Delivery | None = None,
         media: MediaTurn | None = None,
+        sent_at: datetime | None = None,
     ) -> None:
         """Store a user's message without answering it: it waited too long for a turn,
         or it brought documents to ask about later. An update stored before (its worker
-        died) is not stored twice."""
+        died) is not stored twice. `sent_at`: when Telegram says it was sent."""
         deps = self.deps
-        await deps.users.get_or_create(
+        user = await deps.users.get_or_create(
             identity.owner_id, identity.username, identity.first_name, identity.language_code
         )
+        now = deps.clock()
+        when = min(sent_at or now, now)
+        stamped = stamp(text, when, self.settings, own_zone(user), identity.language_code)
         async with self.locks.hold(identity.owner_id):
             async with deps.conversations.pool.connection() as conn:
                 conversation = await deps.conversations.current(
@@ -112,13 +116,7 @@ class MemoryCommands:
                 conversation_id = uuid.UUID(str(conversation["id"]))
                 if await self._stored_before(delivery, conversation_id, conn) is None:
                     await self._store(
-                        conversation_id,
-                        text,
-                        deps.clock(),
-                        delivery,
-                        media,
-                        conn,
-                        identity.member_id,
+                        conversation_id, stamped, delivery, media, conn, identity.member_id
                     )
         if self.embeddings is not None:
             self.embeddings.kick()
@@ -228,6 +226,7 @@ class MemoryCommands:
                 identity.owner_id, self.settings.max_compacts
             ),
             "reminders": user is not None and user["remind_of_yourself"] != "0",
+            "zone": owner_zone(user, self.settings),
         }
 
     async def compact_idle_sessions(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from src.graph.lang import lang_of
 from src.services.texts_members import MEMBER_TEXTS
+from src.services.texts_tasks import TASK_TEXTS
 
 TEXTS: dict[str, dict[str, str]] = {
     "ru": {
@@ -16,7 +17,8 @@ TEXTS: dict[str, dict[str, str]] = {
             "и документы (PDF, DOCX, TXT, MD, CSV).\n"
             "/new — начать новый разговор (текущий будет стёрт)\n"
             "/forget — начать с чистого листа, сохранив историю\n"
-            "/mute — включить или выключить напоминания\n"
+            "/mute — включить или выключить напоминания и задачи\n"
+            "/tasks — запланированные задачи; /tz — часовой пояс\n"
             "/memory — что я о вас помню; /memory forget КЛЮЧ — забыть один факт; "
             "/memory clear — забыть факты и прошлые беседы\n"
             "/compress — сжать старую часть разговора\n"
@@ -225,7 +227,8 @@ TEXTS: dict[str, dict[str, str]] = {
             "and documents (PDF, DOCX, TXT, MD, CSV).\n"
             "/new — start a new conversation (the current one is erased)\n"
             "/forget — start from a clean slate, keeping the history\n"
-            "/mute — turn reminders off or on\n"
+            "/mute — turn reminders and tasks off or on\n"
+            "/tasks — scheduled tasks; /tz — your time zone\n"
             "/memory — what I remember about you; /memory forget KEY — forget one fact; "
             "/memory clear — forget facts and past chats\n"
             "/compress — compress the older part of the conversation\n"
@@ -424,6 +427,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "export_md_none": "none",
     },
 }
+for _lang, _more in TASK_TEXTS.items():
+    TEXTS[_lang].update(_more)
 
 
 for _lang, _texts in MEMBER_TEXTS.items():

@@ -6,6 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from src.services.budget import Totals, day_start, month_start
 from src.services.texts import t
@@ -16,7 +17,7 @@ TOP_USERS = 10
 
 @dataclass
 class OwnerUsage:
-    """One owner's totals: their last turn, today and this month (TIMEZONE)."""
+    """One owner's totals: their last turn, today and this month (in their zone)."""
 
     last_turn: Totals
     today: Totals
@@ -46,11 +47,12 @@ class UsageReports:
         self.usage = usage
         self.settings = usage.budget.settings
 
-    async def owner(self, owner_id: int) -> OwnerUsage:
-        """Return the owner's usage: last turn, today, this month."""
+    async def owner(self, owner_id: int, zone: ZoneInfo | None = None) -> OwnerUsage:
+        """Return the owner's usage: last turn, today, this month (days of `zone`, the
+        owner's own; None: TIMEZONE)."""
         repo, settings, now = self.usage.repo, self.settings, self.usage.budget.clock()
-        month = await repo.owner_sums(owner_id, month_start(now, settings))
-        today = await repo.owner_sums(owner_id, day_start(now, settings))
+        month = await repo.owner_sums(owner_id, month_start(now, settings, zone))
+        today = await repo.owner_sums(owner_id, day_start(now, settings, zone))
         last = await repo.last_turn(owner_id)
         return OwnerUsage(
             Totals.of(last, settings), Totals.of(today, settings), Totals.of(month, settings)

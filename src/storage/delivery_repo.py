@@ -10,6 +10,10 @@ from typing import Any
 
 from src.storage.base import Conn, Repository, clean_text
 
+# The job queue's (procrastinate's) queue, and the task that runs one stored update.
+QUEUE = "tgagent_updates"
+UPDATE_TASK = "tgagent.handle_update"
+
 # The queue's job for each new update is deferred in the transaction that stores it:
 # procrastinate's own SQL function (its public, versioned defer procedure), so a crash
 # leaves either both or neither. Jobs of one chat share a lock: procrastinate runs them

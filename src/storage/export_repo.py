@@ -7,7 +7,8 @@ from typing import Any
 from src.storage.base import Repository
 
 SELECT_USER = """
-SELECT username, first_name, language_code, model, remind_of_yourself, active_messages_count,
+SELECT username, first_name, language_code, timezone, model, remind_of_yourself,
+       active_messages_count,
        created_at, last_seen_at
 FROM users WHERE telegram_user_id = %s
 """
@@ -40,6 +41,14 @@ WHERE telegram_user_id = %s ORDER BY created_at, id
 SELECT_PENDING = """
 SELECT text, created_at FROM pending_facts WHERE telegram_user_id = %s ORDER BY created_at, id
 """
+# Scheduled tasks (issue 35), each with its runs' times and outcomes.
+SELECT_TASKS = """
+SELECT t.id, t.instruction, t.repeat, t.timezone, t.status, t.next_at, t.created_at,
+       coalesce((SELECT json_agg(json_build_object('slot', r.slot, 'outcome', r.outcome,
+                                                   'late', r.late) ORDER BY r.slot)
+                 FROM task_runs r WHERE r.task_id = t.id), '[]') AS runs
+FROM scheduled_tasks t WHERE t.owner_id = %s ORDER BY t.created_at, t.id
+"""
 SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY"
 # Usage totals by month (UTC) and model.
 SELECT_USAGE = """
@@ -56,7 +65,7 @@ class ExportRepository(Repository):
     async def read(self, owner: int) -> dict[str, Any]:
         """Return the owner's rows, by kind, in one snapshot (a repeatable-read
         transaction): user, conversations, messages, squashes, facts, compacts, pending,
-        usage."""
+        usage, tasks."""
         queries = {
             "conversations": SELECT_CONVERSATIONS,
             "messages": SELECT_MESSAGES,
@@ -65,6 +74,7 @@ class ExportRepository(Repository):
             "compacts": SELECT_COMPACTS,
             "pending": SELECT_PENDING,
             "usage": SELECT_USAGE,
+            "tasks": SELECT_TASKS,
         }
         async with self._conn() as c, c.transaction():
             await c.execute(SNAPSHOT)

@@ -33,6 +33,11 @@ WHERE telegram_user_id = %s
 """
 SET_REMIND = "UPDATE users SET remind_of_yourself = %s WHERE telegram_user_id = %s"
 SET_MODEL = "UPDATE users SET model = %s WHERE telegram_user_id = %s"
+# The owner's row may not exist yet (/tz before the first message): created with it.
+SET_TIMEZONE = """
+INSERT INTO users (telegram_user_id, timezone) VALUES (%s, %s)
+ON CONFLICT (telegram_user_id) DO UPDATE SET timezone = EXCLUDED.timezone
+"""
 MARK_REMINDED = "UPDATE users SET last_reminded_at = %s WHERE telegram_user_id = %s"
 # Silent since `before`, reminders on, not reminded during this silence.
 SELECT_DUE_REMINDERS = """
@@ -83,6 +88,12 @@ class UsersRepository(Repository):
         """Remember the model the user picked (None: LLM_MODEL)."""
         async with self._conn() as c:
             await c.execute(SET_MODEL, (model, telegram_user_id))
+
+    async def set_timezone(self, telegram_user_id: int, zone: str | None) -> None:
+        """Set the owner's own time zone (an IANA name checked by the caller; None:
+        TIMEZONE again)."""
+        async with self._conn() as c:
+            await c.execute(SET_TIMEZONE, (telegram_user_id, zone))
 
     async def get(self, telegram_user_id: int, conn: Conn | None = None) -> dict[str, Any] | None:
         """Return the user, or None."""

@@ -128,8 +128,10 @@ async def test_a_smaller_model_gets_its_own_limits(runtime_factory: Any, llm: An
     llm.default_for(MEMORY_MODEL, ledger.reply)
     llm.default_reply = "ok"
     llm.default_for("small-model", "ok")
+    # 5400, not 5000: the time-zone and task tools' schemas (~310 tokens) left a 5000-token
+    # model a summary layer too small for the fake's summary of ten long messages.
     rt = await runtime_factory(
-        model_choices={CHAT: 64000, "small-model": 5000}, model_context_limits={CHAT: 64000}
+        model_choices={CHAT: 64000, "small-model": 5400}, model_context_limits={CHAT: 64000}
     )
     who = Identity(next(OWNERS), "p", "P", "en")
     assert await rt.service.set_model(who, "small-model")

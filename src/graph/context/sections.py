@@ -18,7 +18,7 @@ from src.config import Settings
 from src.graph import prompts
 from src.graph.context.budget import Layers, truncate_text
 from src.graph.context.render import when_local
-from src.graph.timestamps import strip_stamp
+from src.graph.timestamps import strip_stamp, turn_zone
 from src.graph.tokens import TokenCounter
 from src.storage.memory_repo import fact_key, fact_value
 
@@ -164,7 +164,7 @@ def system_sections(
     """
     objective = needs_objectivity(state.get("input_text", ""), settings.facts_objective_mode)
     compacts = list(state.get("compacts") or [])[: settings.compacts_in_prompt]
-    previous = compacts_section(compacts, layers.summary // 3, counter, settings.zone)
+    previous = compacts_section(compacts, layers.summary // 3, counter, turn_zone(state, settings))
     used = counter.count(previous) + 2 if previous else 0
     facts, soft = facts_sections(
         state.get("facts") or [],
