@@ -12,6 +12,7 @@ from src.bot.sending import send_text
 from src.bot.state import BotState, state_of
 from src.services.pending_facts import PendingFacts
 from src.services.reminders import RecipientGone, ReminderStats
+from src.storage.tasks_repo import TaskRepository
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +64,8 @@ async def compaction_job(context: ContextTypes.DEFAULT_TYPE) -> None:
 
 async def prune_job(context: ContextTypes.DEFAULT_TYPE) -> None:
     """Job: keep the last CHECKPOINT_KEEP turns of checkpoints per conversation, and
-    delivered updates and replies for two days (past any redelivery by Telegram)."""
+    delivered updates and replies, and scheduled tasks' claimed slots (with the tasks
+    ended), for two days (past any redelivery by Telegram or rerun of a job)."""
     from src.devtools.prune import prune_checkpoints
 
     state = state_of(context)
@@ -73,6 +75,8 @@ async def prune_job(context: ContextTypes.DEFAULT_TYPE) -> None:
     logger.info("checkpoints pruned: %s", counts)
     replies = await state.service.deps.delivery.prune()
     logger.info("delivered updates pruned (%d replies)", replies)
+    runs, tasks = await TaskRepository(state.runtime.pool).prune()
+    logger.info("scheduled tasks pruned: %d slots run, %d tasks ended", runs, tasks)
 
 
 async def embedding_job(context: ContextTypes.DEFAULT_TYPE) -> None:

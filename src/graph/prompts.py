@@ -85,6 +85,11 @@ OMITTED_NOTE = (
     "not yet in the summary; the memory is catching up. Ask the user if something seems "
     "missing.]"
 )
+SUMMARY_CUT_NOTE = (
+    "[Note from the system: this conversation is too long for this model's context beside "
+    "the current message: only the newest part of the summary of earlier messages is shown. "
+    "Ask the user if something seems missing.]"
+)
 # Asked once more when a summary came back over its budget.
 SUMMARY_SHORTER = """This summary of a conversation is too long. Shorten it to at most about \
 {words} words, in its language: keep decisions, facts and open questions; drop the oldest \

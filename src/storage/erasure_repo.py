@@ -65,6 +65,11 @@ WHERE conversation_id IN (SELECT id FROM conversations WHERE telegram_user_id = 
   AND squashed_at IS NULL AND NOT facts_extracted AND (meta ->> 'author')::bigint = %s
 """
 DELETE_FACTS = "DELETE FROM facts WHERE telegram_user_id = %s RETURNING key, value, valid_to"
+# ... and the lines of theirs in the texts /new kept for extraction (pending_facts):
+# every message is one line there, labelled by its author (src/graph/memory/fact_members.py).
+PENDING_TEXTS = "SELECT id, text FROM pending_facts WHERE telegram_user_id = %s FOR UPDATE"
+SET_PENDING_TEXT = "UPDATE pending_facts SET text = %s WHERE id = %s"
+DELETE_PENDING_TEXT = "DELETE FROM pending_facts WHERE id = %s"
 # A person's /erase: their own facts in every group too (facts about them, kept there
 # as a member's); the groups' conversations and own facts stay the groups'.
 DELETE_FACTS_AS_MEMBER = "DELETE FROM facts WHERE member_id = %s AND telegram_user_id <> %s"
@@ -190,6 +195,26 @@ class Erased:
         return self.rows.get(table, 0)
 
 
+def without_member(text: str, member: int) -> str:
+    """Return an extractor's text without the lines of `member` (their own words and what
+    they passed on); "" when nothing else is left."""
+    labels = (f"[member {member}]: ", f"[shared by member {member}]: ")
+    kept = [line for line in text.split("\n") if not line.startswith(labels)]
+    said = any(line.startswith("[") and not line.startswith("[assistant]") for line in kept)
+    return "\n".join(kept) if said else ""
+
+
+async def _drop_member_lines(conn: Conn, owner: int, member: int) -> None:
+    """Take a member's lines out of the group's texts waiting for fact extraction, so
+    what they said before their /memory clear makes no facts of theirs later."""
+    for row in await (await conn.execute(PENDING_TEXTS, (owner,))).fetchall():
+        text = without_member(row["text"], member)
+        if not text:
+            await conn.execute(DELETE_PENDING_TEXT, (row["id"],))
+        elif text != row["text"]:
+            await conn.execute(SET_PENDING_TEXT, (text, row["id"]))
+
+
 def _current(rows: list[dict[str, Any]]) -> int:
     return sum(r.get("valid_to") is None for r in rows)
 
@@ -212,6 +237,7 @@ class ErasureRepository(Repository):
                 facts = list(await cur.fetchall())
             elif isinstance(what, MemberFacts):
                 await c.execute(SKIP_MEMBER_PENDING_FACTS, (owner, what.member))
+                await _drop_member_lines(c, owner, what.member)
                 cur = await c.execute(DELETE_MEMBER_FACTS, (owner, what.member))
                 facts = list(await cur.fetchall())
             elif isinstance(what, CompactId):

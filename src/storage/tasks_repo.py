@@ -54,6 +54,15 @@ ON CONFLICT (update_id) DO NOTHING
 ADVANCE = "UPDATE scheduled_tasks SET next_at = %s WHERE id = %s"
 FINISH = "UPDATE scheduled_tasks SET status = 'done', next_at = NULL WHERE id = %s"
 RUNS = "SELECT * FROM task_runs WHERE task_id = %s ORDER BY slot"
+# A claimed slot is kept while its job could run again (procrastinate retries a failed
+# claim for about an hour, a dead worker's job soon after), then only to show nothing:
+# the claim also checks the task's waiting slot, so an old one is never claimed again.
+PRUNE_RUNS = "DELETE FROM task_runs WHERE at < now() - make_interval(days => %s)"
+PRUNE_TASKS = """
+DELETE FROM scheduled_tasks
+WHERE status <> 'active' AND created_at < now() - make_interval(days => %s)
+  AND NOT EXISTS (SELECT 1 FROM task_runs r WHERE r.task_id = scheduled_tasks.id)
+"""
 
 
 def task_lock(task_id: int) -> str:
@@ -120,6 +129,15 @@ class TaskRepository(Repository):
         """Return the task `task_id`, or None."""
         async with self._conn() as conn:
             return await (await conn.execute(TASK, (task_id,))).fetchone()
+
+    async def prune(self, days: int = 2) -> tuple[int, int]:
+        """Delete claimed slots older than `days` days, then the tasks that are done or
+        cancelled and have no slot left; return how many of each went. Without it a task
+        every hour would keep 8,760 rows a year."""
+        async with self._conn() as conn:
+            runs = (await conn.execute(PRUNE_RUNS, (days,))).rowcount
+            tasks = (await conn.execute(PRUNE_TASKS, (days,))).rowcount
+        return runs, tasks
 
     async def runs(self, task_id: int) -> list[dict[str, Any]]:
         """Return the task's claimed slots, oldest first."""

@@ -415,3 +415,35 @@ def test_scored_selection_keeps_what_the_summary_does_not_hold() -> None:
     ]
     kept = select_scored(units, budget=3, cost=lambda r: 1, pinned=1)
     assert [u[0]["id"] for u in kept] == [2, 3, 4]
+
+
+def test_a_long_message_beside_a_small_model_keeps_the_newest_summary_and_says_so() -> None:
+    """Before: when the layers did not all fit beside the current message, the running
+    summary went with the facts, silently: what it held was in neither the prompt nor
+    anything the model was told."""
+    s = settings(default_context_limit=2000, llm_max_output_tokens=300)
+    summary = " ".join(f"The user said thing number {i}." for i in range(1, 60))
+    big = state(
+        history=long_history(10),
+        summary=summary,
+        facts=[fact("name", "Алексей " * 50)],
+        input_text="вопрос " * 500,
+    )
+    messages, snapshot, tokens = build_context(big, s, COUNTER)
+    system = messages[0].text
+    assert system.startswith(prompts.SYSTEM_PROMPT) and prompts.SUMMARY_HEADER in system
+    assert "thing number 59." in system and "thing number 1." not in system  # newest kept
+    assert "Алексей" not in system
+    assert messages[-1].text.endswith(prompts.SUMMARY_CUT_NOTE)
+    assert len(snapshot) == 1
+    assert tokens <= Layers.for_model(s, s.llm_model).total
+
+
+def test_a_summary_that_fits_whole_beside_a_long_message_needs_no_note() -> None:
+    s = settings(default_context_limit=2000, llm_max_output_tokens=300)
+    big = state(
+        summary="The user is Alexei.", facts=[fact("n", "x " * 400)], input_text="вопрос " * 600
+    )
+    messages = build_context(big, s, COUNTER)[0]
+    assert "The user is Alexei." in messages[0].text
+    assert prompts.SUMMARY_CUT_NOTE not in messages[-1].text

@@ -9,6 +9,7 @@ always sent, even on a budget too small for them; the optional layers go first.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
@@ -17,9 +18,16 @@ from src.config import Settings
 from src.graph import prompts
 from src.graph.context.budget import Layers
 from src.graph.context.render import Row, label, render_row, row_tokens
-from src.graph.context.sections import memory_section, system_prompt, system_sections
+from src.graph.context.sections import (
+    memory_section,
+    summary_section,
+    system_prompt,
+    system_sections,
+)
 from src.graph.context.working import Unit, group_units, select_recent, select_scored
 from src.graph.tokens import TokenCounter, count_messages
+
+logger = logging.getLogger(__name__)
 
 
 def _render(
@@ -34,6 +42,38 @@ def _render(
     if note:
         messages[-1] = HumanMessage(f"{messages[-1].text}\n\n{note}")
     return messages, snapshot
+
+
+def _squeezed(
+    state: dict[str, Any], layers: Layers, counter: TokenCounter, current: int
+) -> tuple[SystemMessage, str]:
+    """Return the system prompt and the note after the message when the layers do not
+    all fit beside the current message (a small model, a long message, many tools).
+
+    The facts, previous conversations and preferences go. The running summary is what
+    the conversation before the window was: it keeps the room left, its newest part
+    first, and the model is told it was cut; nothing but the base prompt and the message
+    only when not even that fits. Before, the summary went silently with the rest.
+    """
+    base = SystemMessage(prompts.SYSTEM_PROMPT)
+    summary = state.get("summary") or ""
+    notice = state.get("notice") or ""
+    room = layers.total - count_messages([base], counter) - current
+    room -= counter.count(notice) + 1 if notice else 0
+    # The memory section's delimiters and the blank lines around it.
+    room -= counter.count(memory_section(["x"])) + 2
+    whole = summary_section(summary, layers.total, counter)
+    if whole and counter.count(whole) <= room:
+        return SystemMessage(f"{base.text}\n\n{memory_section([whole])}"), notice
+    told = "\n\n".join(p for p in (notice, prompts.SUMMARY_CUT_NOTE) if p)
+    room -= counter.count(prompts.SUMMARY_CUT_NOTE) + 2
+    section = summary_section(summary, room, counter, newest=True) if room > 0 else ""
+    if not section:
+        if whole:
+            logger.error("no room for the running summary beside the current message")
+        return base, ""
+    logger.warning("the running summary is cut to the room beside the current message")
+    return SystemMessage(f"{base.text}\n\n{memory_section([section])}"), told
 
 
 def build_context(
@@ -73,9 +113,9 @@ def build_context(
     fixed = count_messages([system], counter) + cost(current)
     fixed += counter.count(note) + 1 if note else 0
     if fixed > layers.total:
-        # Too small a budget for the optional layers: keep only what must be sent.
-        system, note = SystemMessage(prompts.SYSTEM_PROMPT), ""
+        system, note = _squeezed(state, layers, counter, cost(current))
         fixed = count_messages([system], counter) + cost(current)
+        fixed += counter.count(note) + 1 if note else 0
     budget = max(0, min(layers.working, layers.total - fixed))
     select = select_scored if settings.context_selection == "scored" else select_recent
     units = select(group_units(history), budget, cost)

@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 
 from src.config import Settings
 from src.graph import prompts
-from src.graph.context.budget import Layers, truncate_text
+from src.graph.context.budget import Layers, truncate_start, truncate_text
 from src.graph.context.render import when_local
 from src.graph.timestamps import strip_stamp, turn_zone
 from src.graph.tokens import TokenCounter
@@ -141,13 +141,15 @@ def compacts_section(
     return text if lines else ""
 
 
-def summary_section(summary: str, budget: int, counter: TokenCounter) -> str:
-    """Return the running summary under its header, cut on a sentence to `budget`."""
+def summary_section(summary: str, budget: int, counter: TokenCounter, newest: bool = False) -> str:
+    """Return the running summary under its header, cut on a sentence to `budget` (with
+    `newest`, its newest part is kept: what was folded last)."""
     summary = defuse((summary or "").strip())
     if not summary:
         return ""
     header = prompts.SUMMARY_HEADER
-    text = truncate_text(summary, budget - counter.count(header) - 2, counter)
+    cut = truncate_start if newest else truncate_text
+    text = cut(summary, budget - counter.count(header) - 2, counter)
     return header + "\n" + text if text else ""
 
 
