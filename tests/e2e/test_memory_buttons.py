@@ -51,8 +51,9 @@ async def test_a_delete_button_forgets_a_fact_and_a_compact(start_bot: Any, tg: 
     tg.push_callback(ANN, ANN, listing["message_id"], shown["🗑 1"], language_code="en")
     assert await answer_to(tg, 1) == t("memory_forgot", "en", name="city")
     assert await facts_of(bot, ANN) == {"dog": "Rex"}  # Berlin went with Paris
-    edited = tg.bot_message(ANN, listing["message_id"])
-    assert "city" not in edited["text"] and "1. dog: Rex" in edited["text"]
+    # The press is answered first, then the listing is edited: wait for the edit.
+    await until(lambda: "city" not in tg.bot_message(ANN, listing["message_id"])["text"])
+    assert "1. dog: Rex" in tg.bot_message(ANN, listing["message_id"])["text"]
     shown = buttons(tg, ANN, listing["message_id"])
     assert parse_press(shown["🗑 2"]).kind == COMPACT  # type: ignore[union-attr]
     tg.push_callback(ANN, ANN, listing["message_id"], shown["🗑 2"], language_code="en")

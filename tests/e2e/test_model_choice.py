@@ -41,8 +41,13 @@ async def test_model_lists_the_choices_and_a_button_switches_the_next_request(
     tg.push_callback(ANN, ANN, listing["message_id"], f"{MODEL_DATA}1")
     await until(lambda: tg.callback_answers)
     assert tg.callback_answers[-1]["text"] == t("model_set", "en", model=BIG)
-    marked = tg.bot_message(ANN, listing["message_id"])["reply_markup"]["inline_keyboard"]
-    assert [row[0]["text"] for row in marked] == [CHAT_MODEL, f"✓ {BIG}", LOCAL]
+
+    def marked() -> list[str]:
+        keyboard = tg.bot_message(ANN, listing["message_id"])["reply_markup"]["inline_keyboard"]
+        return [row[0]["text"] for row in keyboard]
+
+    # The press is answered first, then the keyboard is edited: wait for the edit.
+    await until(lambda: marked() == [CHAT_MODEL, f"✓ {BIG}", LOCAL])
     llm.script_for(BIG, "from the big one")
     tg.push_text(ANN, "and now?", language_code="en")
     assert (await tg.await_messages(ANN, 3))[-1]["text"] == "from the big one"
