@@ -47,8 +47,8 @@ OWNER_ROWS: tuple[tuple[str, str], ...] = (
     # The embedding worker runs beside the bot, not in the graph a replay runs.
     ("embedding_state", "false"),
     ("embedding_failures", "false"),
-    # schedule_task writes the owner's tasks; the job it defers for the first slot finds
-    # no such task outside the copy (its id is the real sequence's) and does nothing.
+    # schedule_task writes the owner's tasks; the job it defers for the first slot goes
+    # into the real queue's table, but in the replay's transaction: never committed.
     ("scheduled_tasks", "owner_id = %(owner)s"),
     # Slots are claimed by the bot's job queue, never by a replay.
     ("task_runs", "false"),

@@ -506,3 +506,33 @@ async def test_runs_and_replay_show_the_model_the_user_chose(
     outcome = await replay(pool, make_settings(llm), thread, first.head.checkpoint_id)
     assert outcome.reply == "Replayed by the chosen one." and outcome.model == "gpt-4.1-mini"
     assert [r["model"] for r in llm.requests] == ["gpt-4.1-mini"]
+
+
+async def test_a_replayed_schedule_task_leaves_no_task_and_no_job(
+    seeded: Seeded, pool: AsyncConnectionPool[Any], llm: Any
+) -> None:
+    """A replay whose model schedules a task runs the tool on the copy: neither the task
+    nor the job waiting for its slot outlives the replay (the job's insert is in the
+    replay's transaction, never committed)."""
+    turns = await _alice_turns(pool, seeded.thread)
+
+    async def counts() -> tuple[int, int]:
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT (SELECT count(*) FROM scheduled_tasks) AS tasks,"
+                " (SELECT count(*) FROM procrastinate_jobs"
+                "  WHERE task_name = 'tgagent.task_due') AS jobs"
+            )
+            row = await cur.fetchone()
+            return int(row["tasks"]), int(row["jobs"])
+
+    before = await counts()
+    call = {"name": "schedule_task", "args": {"when": "in 1 hour", "instruction": "Feed Barsik"}}
+    llm.script({"tool_calls": [call]}, "Scheduled, replayed.")
+    outcome = await replay(pool, make_settings(llm), seeded.thread, turns[1].head.checkpoint_id)
+    assert outcome.error is None and outcome.reply == "Scheduled, replayed."
+    tool_results = [
+        str(m.get("content")) for m in llm.requests[-1]["messages"] if m.get("role") == "tool"
+    ]
+    assert any("Scheduled task #" in r for r in tool_results)  # the tool really ran
+    assert await counts() == before
