@@ -62,6 +62,8 @@ async def cmd_tz(update: Update, context: Context) -> None:
     if not await may_change_memory(message, context):
         return
     await users.set_timezone(owner, found.key)
+    if state.service.deps.budget is not None:
+        state.service.deps.budget.forget_zone(owner)
     logger.info("owner %s set the time zone %s", owner, found.key)
     await say(message, t("tz_set", lang, zone=found.key, now=local_now(found)))
 

@@ -104,7 +104,10 @@ class TaskRunner:
             late = t("task_late", lang, slot=f"{due_at:%Y-%m-%d %H:%M}")
         note = t("task_note", lang, id=task["id"], late=late, text=task["instruction"])
         topic = int(task["topic_id"] or 0)
-        identity = Identity(owner, language_code=lang, topic_id=topic)
+        # A group's task is charged to the member who asked for it too, as their turns are.
+        identity = Identity(
+            owner, language_code=lang, sender_id=task["requested_by"], topic_id=topic
+        )
         delivery = Delivery(
             update_id, owner, topic or None, None, state.settings.telegram_reply_format
         )

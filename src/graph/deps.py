@@ -50,6 +50,10 @@ class BudgetCheck(Protocol):
         """Tell whether the owner is within USER_DAILY_TOKENS and USER_MONTHLY_TOKENS."""
         ...
 
+    def forget_zone(self, person_id: int) -> None:
+        """Read the person's time zone again (they changed it: budget days are theirs)."""
+        ...
+
 
 @dataclass
 class GraphDeps:

@@ -40,6 +40,8 @@ def make_time_tools(deps: GraphDeps) -> list[BaseTool]:
         if found is None:
             return f"Error: {zone!r} is not an IANA time zone name (like Europe/Berlin)."
         await deps.users.set_timezone(state["user_id"], found.key)
+        if deps.budget is not None:
+            deps.budget.forget_zone(state["user_id"])
         return f"The user's time zone is now {found.key}."
 
     @tool
@@ -84,6 +86,8 @@ def make_time_tools(deps: GraphDeps) -> list[BaseTool]:
             "instruction": text,
             "repeat": cron,
             "timezone": zone.key,
+            # In a group, the member who asked: the runs spend their budget too.
+            "requested_by": state.get("member_id") or None,
         }
         task = await tasks.create(values, first, settings.max_tasks)
         if task is None:

@@ -359,7 +359,10 @@ class AgentService(MemoryCommands):
         if self.usage is None:
             return []
         found = await self.usage.budget.warnings(identity.owner_id, identity.sender_id)
-        return [w.text(identity.owner_id, identity.language_code, self.settings) for w in found]
+        if not found:
+            return []
+        zone = owner_zone(await self.deps.users.get(identity.owner_id), self.settings)
+        return [w.text(identity.owner_id, identity.language_code, zone) for w in found]
 
     async def _store(
         self,

@@ -1,6 +1,8 @@
 """Budgets in tokens and in dollars (USER_DAILY_TOKENS ... USER_MONTHLY_USD), and sums.
 
-Days and months are those of TIMEZONE. A person or group over any budget gets no model
+Days and months are the person's (or group's) own, in the zone they chose (/tz), else in
+TIMEZONE; a change of zone reaches the budget within ZONE_TTL seconds. A person or group
+over any budget gets no model
 call until it resets: their turns are answered with one sentence, a turn that runs out
 half-way stops before its next call (BudgetGuard), and their background work (summaries,
 facts, compacts, reminders) waits. A group turn counts against the group's budgets and
@@ -11,6 +13,7 @@ transcribed minutes included. Admins (ADMIN_USER_IDS) are exempt.
 from __future__ import annotations
 
 import logging
+import time as clock_time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
@@ -23,11 +26,15 @@ from langchain_core.messages import BaseMessage
 
 from src.config import Settings
 from src.graph.model_calls import OverBudget
+from src.graph.timestamps import zone_named
 from src.services.prices import call_cost
 from src.services.texts import t
 from src.storage.usage_repo import CallRecord, UsageRepository
 
 logger = logging.getLogger(__name__)
+
+ZONE_TTL = 60.0
+"""Seconds a person's time zone is kept before it is read again (budget days are theirs)."""
 
 
 def day_start(now: datetime, settings: Settings, zone: ZoneInfo | None = None) -> datetime:
@@ -41,16 +48,17 @@ def month_start(now: datetime, settings: Settings, zone: ZoneInfo | None = None)
     return day_start(now, settings, zone).replace(day=1)
 
 
-def next_day(now: datetime, settings: Settings) -> datetime:
-    """Return the start of the day after `now`'s, in TIMEZONE."""
-    start = day_start(now, settings)
+def next_day(now: datetime, settings: Settings, zone: ZoneInfo | None = None) -> datetime:
+    """Return the start of the day after `now`'s, in `zone` (else TIMEZONE)."""
+    start = day_start(now, settings, zone)
     # Noon of the next day, then back to midnight: DST days are 23 or 25 hours long.
-    return day_start(start + timedelta(hours=36), settings)
+    return day_start(start + timedelta(hours=36), settings, zone)
 
 
-def next_month(now: datetime, settings: Settings) -> datetime:
-    """Return the start of the month after `now`'s, in TIMEZONE."""
-    return day_start(month_start(now, settings) + timedelta(days=32), settings).replace(day=1)
+def next_month(now: datetime, settings: Settings, zone: ZoneInfo | None = None) -> datetime:
+    """Return the start of the month after `now`'s, in `zone` (else TIMEZONE)."""
+    first = month_start(now, settings, zone) + timedelta(days=32)
+    return day_start(first, settings, zone).replace(day=1)
 
 
 BUDGETS = ("day_tokens", "month_tokens", "day_usd", "month_usd")
@@ -72,10 +80,12 @@ class Spend:
 
 @dataclass(frozen=True)
 class Spent:
-    """A person's (or group's) spend of today and of this month, in TIMEZONE."""
+    """A person's (or group's) spend of today and of this month, in their zone."""
 
     day: Spend
     month: Spend
+    zone: ZoneInfo | None = None
+    """The zone whose day and month these are (None: TIMEZONE)."""
 
     def of(self, budget: str) -> float:
         """Return what counts against `budget` (one of BUDGETS)."""
@@ -93,9 +103,10 @@ class BudgetWarning:
     share: float
     resets_at: datetime
 
-    def text(self, owner_id: int, lang: str | None, settings: Settings) -> str:
-        """Return the warning for the chat of `owner_id` (a group's sender's is theirs)."""
-        local = self.resets_at.astimezone(settings.zone)
+    def text(self, owner_id: int, lang: str | None, zone: ZoneInfo) -> str:
+        """Return the warning for the chat of `owner_id` (a group's sender's is theirs),
+        its time in `zone` (the chat's)."""
+        local = self.resets_at.astimezone(zone)
         return t(
             "budget_warning_chat" if self.person_id == owner_id else "budget_warning_sender",
             lang,
@@ -131,6 +142,24 @@ class Budget:
         self.clock = clock
         self.unwritten = unwritten or (lambda person_id: [])
         """The person's calls recorded but not stored yet (a turn's, until its reply)."""
+        self._zones: dict[int, tuple[float, ZoneInfo | None]] = {}
+
+    async def zone(self, person_id: int) -> ZoneInfo | None:
+        """Return the zone the person (or group) chose (/tz), None for TIMEZONE: read
+        again after ZONE_TTL seconds."""
+        kept = self._zones.get(person_id)
+        now = clock_time.monotonic()
+        if kept is not None and now - kept[0] < ZONE_TTL:
+            return kept[1]
+        if len(self._zones) > 10_000:  # many people seen once: start again
+            self._zones.clear()
+        found = zone_named(await self.repo.zone_of(person_id))
+        self._zones[person_id] = (now, found)
+        return found
+
+    def forget_zone(self, person_id: int) -> None:
+        """Read the person's zone again at the next check (they changed it here)."""
+        self._zones.pop(person_id, None)
 
     def limits(self) -> dict[str, float]:
         """Return the budgets set (USER_DAILY_TOKENS ... USER_MONTHLY_USD), by BUDGETS' key."""
@@ -155,23 +184,24 @@ class Budget:
         """Return what the person (or group) spent today and this month: the calls of
         their chats, those of group turns they started, and those not stored yet."""
         now, settings = self.clock(), self.settings
+        zone = await self.zone(person_id)
         day, month = Spend(), Spend()
         for row in await self.repo.spent(
-            person_id, day_start(now, settings), month_start(now, settings)
+            person_id, day_start(now, settings, zone), month_start(now, settings, zone)
         ):
             day.add(_sums(row, "day"), settings)
             month.add(_sums(row, "month"), settings)
         for record in self.unwritten(person_id):
             day.add(asdict(record), settings)
             month.add(asdict(record), settings)
-        return Spent(day, month)
+        return Spent(day, month, zone)
 
-    def resets(self, budget: str) -> datetime:
-        """Return when `budget` starts anew (local time)."""
+    def resets(self, budget: str, zone: ZoneInfo | None = None) -> datetime:
+        """Return when `budget` starts anew in `zone` (the person's; None: TIMEZONE)."""
         now = self.clock()
         if budget.startswith("day"):
-            return next_day(now, self.settings)
-        return next_month(now, self.settings)
+            return next_day(now, self.settings, zone)
+        return next_month(now, self.settings, zone)
 
     async def resets_at(self, owner_id: int, sender_id: int | None = None) -> datetime | None:
         """Return when the exhausted budget of the owner or of the group turn's sender
@@ -183,7 +213,8 @@ class Budget:
         resets: list[datetime] = []
         for person in _people(owner_id, sender_id):
             spent = await self.spent(person)
-            resets += [self.resets(key) for key, limit in limits.items() if spent.of(key) >= limit]
+            over = [key for key, limit in limits.items() if spent.of(key) >= limit]
+            resets += [self.resets(key, spent.zone) for key in over]
         return max(resets) if resets else None
 
     async def allows(self, owner_id: int) -> bool:
@@ -204,8 +235,9 @@ class Budget:
                 if not share <= used < 1:
                     continue
                 start = day_start if key.startswith("day") else month_start
-                if await self.repo.warn_once(person, key, start(now, self.settings)):
-                    found.append(BudgetWarning(person, key, used, self.resets(key)))
+                period = start(now, self.settings, spent.zone)
+                if await self.repo.warn_once(person, key, period):
+                    found.append(BudgetWarning(person, key, used, self.resets(key, spent.zone)))
         return found
 
 

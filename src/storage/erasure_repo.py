@@ -73,6 +73,8 @@ DELETE_PENDING_TEXT = "DELETE FROM pending_facts WHERE id = %s"
 # A person's /erase: their own facts in every group too (facts about them, kept there
 # as a member's); the groups' conversations and own facts stay the groups'.
 DELETE_FACTS_AS_MEMBER = "DELETE FROM facts WHERE member_id = %s AND telegram_user_id <> %s"
+# ... and the groups' tasks keep running, no longer charged to them.
+FORGET_REQUESTER = "UPDATE scheduled_tasks SET requested_by = NULL WHERE requested_by = %s"
 DELETE_COMPACT = """
 DELETE FROM session_compacts WHERE telegram_user_id = %s AND id = %s
 RETURNING summary, last_action
@@ -287,6 +289,7 @@ class ErasureRepository(Repository):
             if owner > 0:  # a person (groups have negative ids)
                 cur = await c.execute(DELETE_FACTS_AS_MEMBER, (owner, owner))
                 erased.rows["facts"] = erased.rows.get("facts", 0) + cur.rowcount
+                await c.execute(FORGET_REQUESTER, (owner,))
             erased.rows["inbox"] = (await c.execute(DELETE_INBOX, (owner, current_update))).rowcount
             erased.rows["outbox"] = (await c.execute(DELETE_OUTBOX, (owner,))).rowcount
             totals = {"owner": owner, "kept_since": kept_since, "zone": zone}

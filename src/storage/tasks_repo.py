@@ -19,8 +19,8 @@ from src.storage.delivery_repo import DEFER_JOBS, QUEUE, UPDATE_TASK
 DUE_TASK = "tgagent.task_due"
 INSERT_TASK = """
 INSERT INTO scheduled_tasks (owner_id, topic_id, language_code, instruction, repeat, timezone,
-    next_at)
-SELECT %s, %s, %s, %s, %s, %s, %s
+    next_at, requested_by)
+SELECT %s, %s, %s, %s, %s, %s, %s, %s
 WHERE (SELECT count(*) FROM scheduled_tasks WHERE owner_id = %s AND status = 'active') < %s
 RETURNING *
 """
@@ -99,6 +99,7 @@ class TaskRepository(Repository):
             task.get("repeat"),
             task["timezone"],
             first,
+            task.get("requested_by"),
             task["owner_id"],
             limit,
         )

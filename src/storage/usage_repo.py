@@ -49,6 +49,7 @@ FROM (
 ) AS calls
 GROUP BY model
 """
+ZONE_OF = "SELECT timezone FROM users WHERE telegram_user_id = %s"
 # Note a warning about one budget of one period; a row back: not warned before.
 WARN_ONCE = """
 INSERT INTO budget_warnings (owner_id, budget, period_start) VALUES (%s, %s, %s)
@@ -148,6 +149,13 @@ class UsageRepository(Repository):
         params = {"day": day_start, "person": person_id, "since": since}
         async with self._conn() as c:
             return list(await (await c.execute(SPENT, params)).fetchall())
+
+    async def zone_of(self, person_id: int) -> str | None:
+        """Return the time zone the person (or group) chose (/tz), or None."""
+        async with self._conn() as c:
+            cur = await c.execute(ZONE_OF, (person_id,))
+            row = await cur.fetchone()
+            return row["timezone"] if row is not None else None
 
     async def warn_once(self, person_id: int, budget: str, period_start: datetime) -> bool:
         """Note that the person was warned about `budget` of the period starting at

@@ -317,3 +317,51 @@ async def waiting(pool: Any, task_id: int) -> bool:
         )
         row = await cur.fetchone()
     return bool(row and row["ok"])
+
+
+async def test_a_groups_task_is_charged_to_the_member_who_asked(
+    start_bot: Any, tg: FakeBotAPI, llm: Any
+) -> None:
+    """A task set in a group runs on the group's memory and spends the group's budget and
+    the budget of the member who asked for it, as that member's turns there do; after
+    the member's /erase it keeps running, charged to the group only."""
+    group = -100_995_000
+    bot = await start_bot()
+    llm.script_for(
+        CHAT_MODEL,
+        {"tool_calls": [schedule("in 2 seconds", "Remind us about the standup")]},
+        "Will do.",
+        "Standup time!",
+    )
+    tg.push_text(
+        BOB, "@tgagent_test_bot remind us in 2 seconds", chat_id=group, chat_type="supergroup"
+    )
+    await tg.await_messages(group, 2, timeout=20)
+    assert tg.messages_to(group)[-1]["text"] == "Standup time!"
+    repo = TaskRepository(bot.runtime.pool)
+    task = await repo.get(1)
+    assert task is not None and (task["owner_id"], task["requested_by"]) == (group, BOB)
+
+    async def senders() -> list[tuple[int, int | None]]:
+        async with bot.runtime.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT owner_id, sender_id FROM llm_calls WHERE purpose = 'reply' ORDER BY at"
+            )
+            return [(r["owner_id"], r["sender_id"]) for r in await cur.fetchall()]
+
+    # The asking turn's two calls (the tool round, the answer) and the task's run: all the
+    # group's, all charged to Bob too.
+    await eventually(lambda: _count(senders, 3))
+    assert await senders() == [(group, BOB)] * 3
+    tg.push_text(BOB, "/erase yes", language_code="en")
+    await tg.await_messages(BOB, 1, timeout=20)
+    await eventually(lambda: _requested_by(repo, 1, None))
+
+
+async def _count(rows: Callable[[], Awaitable[list[Any]]], n: int) -> bool:
+    return len(await rows()) >= n
+
+
+async def _requested_by(repo: TaskRepository, task_id: int, who: int | None) -> bool:
+    task = await repo.get(task_id)
+    return task is not None and task["requested_by"] == who

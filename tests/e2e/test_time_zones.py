@@ -39,9 +39,12 @@ async def test_tz_sets_the_zone_and_stamps_carry_it(
     tg.push_text(ANN, "/tz Mars/Olympus", language_code="en")
     [*_, unknown] = await tg.await_messages(ANN, 2)
     assert unknown["text"] == t("tz_unknown", "en", zone="Mars/Olympus")
+    budget = bot.runtime.service.usage.budget
+    assert await budget.zone(ANN) is None  # kept: budget days in TIMEZONE
     tg.push_text(ANN, "/tz america/new york", language_code="en")
     [*_, done] = await tg.await_messages(ANN, 3)
     assert done["text"].startswith("Time zone: America/New_York, it is ")
+    assert await budget.zone(ANN) == ZoneInfo("America/New_York")  # budget days follow
     llm.script_for(CHAT_MODEL, "ok")
     tg.push_text(ANN, "what time is it?", language_code="en")
     await tg.await_messages(ANN, 4)
@@ -85,6 +88,7 @@ async def test_the_model_sets_the_zone_of_the_current_owner_only(
     start_bot: Any, tg: FakeBotAPI, llm: Any
 ) -> None:
     bot = await start_bot()
+    assert await bot.runtime.service.usage.budget.zone(ANN) is None  # kept until it changes
     call = {"name": "set_timezone", "args": {"zone": "Europe/Berlin"}}
     llm.script_for(CHAT_MODEL, {"tool_calls": [call]}, "Noted, Berlin.")
     tg.push_text(ANN, "I moved to Berlin", language_code="en")
@@ -93,6 +97,7 @@ async def test_the_model_sets_the_zone_of_the_current_owner_only(
     assert ("system", "Tools used: set_timezone") in await stored(bot.runtime.pool, ANN)
     users = bot.runtime.deps.users
     assert (await users.get(ANN) or {})["timezone"] == "Europe/Berlin"
+    assert await bot.runtime.service.usage.budget.zone(ANN) == ZoneInfo("Europe/Berlin")
     assert await users.get(BOB) is None
     llm.script_for(CHAT_MODEL, "ok")
     tg.push_text(ANN, "and now?", language_code="en")

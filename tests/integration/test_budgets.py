@@ -5,6 +5,7 @@ real ChatOpenAI client against the fake OpenAI-compatible server."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -12,9 +13,13 @@ from langchain_core.messages import HumanMessage
 
 from src.graph.model_calls import call_config
 from src.services.agent_service import Identity
+from src.services.budget import Budget
 from src.services.media import MediaReader, Upload
 from src.services.texts import t
 from src.services.usage_report import UsageReports, render_owner
+from src.storage.usage_repo import UsageRepository
+from src.storage.users_repo import UsersRepository
+from tests.conftest import make_settings
 from tests.e2e.conftest import until
 from tests.fakes.audio import fake_speech
 from tests.integration.test_usage import calls
@@ -149,3 +154,40 @@ async def test_a_cancelled_call_is_recorded_as_estimated(
     assert row["status"] == "error" and row["error_class"] == "CancelledError"
     assert row["estimated"] and row["input_tokens"] >= 100 and row["output_tokens"] == 0
     assert recorder._started == {}
+
+
+async def test_budget_days_are_the_owners_own(pool: Any) -> None:
+    """Issue 35: a person who set a time zone (/tz) has their budget's day and month in it
+    (spent, when it resets, the warning's period), not in the server's TIMEZONE."""
+    now = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)  # 15:00 in Moscow, 04:00 in Los Angeles
+    settings = make_settings(timezone="Europe/Moscow", user_daily_tokens=1000)
+    usage = UsageRepository(pool)
+    budget = Budget(usage, settings, lambda: now)
+    users = UsersRepository(pool)
+    await users.set_timezone(ALICE.owner_id, "America/Los_Angeles")
+    async with pool.connection() as conn:
+        for person in (ALICE.owner_id, BOB.owner_id):
+            # 06:00 UTC: today in Moscow (09:00), yesterday in Los Angeles (22:00 on the 26th).
+            await conn.execute(
+                "INSERT INTO llm_calls (owner_id, purpose, model, input_tokens, output_tokens,"
+                " at) VALUES (%s, 'reply', 'gpt-4o-mini', 900, 0, %s)",
+                (person, now - timedelta(hours=6)),
+            )
+    alice, bob = await budget.spent(ALICE.owner_id), await budget.spent(BOB.owner_id)
+    assert (alice.day.tokens, alice.month.tokens) == (0, 900)
+    assert (bob.day.tokens, bob.month.tokens) == (900, 900)
+    [warned] = await budget.warnings(BOB.owner_id)  # 90%: Bob, in Moscow's day
+    assert warned.resets_at == datetime(2026, 11, 27, 21, 0, tzinfo=UTC)  # Moscow's midnight
+    assert await budget.warnings(ALICE.owner_id) == []
+    # Alice spends 100 more in her own day: over, until her midnight, not Moscow's.
+    async with pool.connection() as conn:
+        await conn.execute(
+            "INSERT INTO llm_calls (owner_id, purpose, model, input_tokens, output_tokens, at)"
+            " VALUES (%s, 'reply', 'gpt-4o-mini', 1000, 0, %s)",
+            (ALICE.owner_id, now - timedelta(hours=1)),
+        )
+    assert await budget.resets_at(ALICE.owner_id) == datetime(2026, 11, 28, 8, 0, tzinfo=UTC)
+    # Back to TIMEZONE (/tz changed here): both calls are in Moscow's day again.
+    await users.set_timezone(ALICE.owner_id, None)
+    budget.forget_zone(ALICE.owner_id)
+    assert (await budget.spent(ALICE.owner_id)).day.tokens == 1900
