@@ -345,24 +345,16 @@ class AgentService(MemoryCommands):
         their zone), or None when they may call models (admins always may)."""
         if self.usage is None:
             return None
-        resets = await self.usage.budget.resets_at(identity.owner_id, identity.sender_id)
-        if resets is None:
-            return None
-        user = await self.deps.users.get(identity.owner_id)
-        local = resets.astimezone(owner_zone(user, self.settings))
-        logger.info("user %s is over the token budget until %s", identity.owner_id, local)
-        return t("over_budget", identity.language_code, when=f"{local:%Y-%m-%d %H:%M}")
+        who = (identity.owner_id, identity.sender_id)
+        return await self.usage.budget.refusal(*who, identity.language_code)
 
     async def budget_warnings(self, identity: Identity) -> list[str]:
         """Return a sentence per budget of the owner or sender that is nearly spent
         (BUDGET_WARN_AT), each said once a period."""
         if self.usage is None:
             return []
-        found = await self.usage.budget.warnings(identity.owner_id, identity.sender_id)
-        if not found:
-            return []
-        zone = owner_zone(await self.deps.users.get(identity.owner_id), self.settings)
-        return [w.text(identity.owner_id, identity.language_code, zone) for w in found]
+        who = (identity.owner_id, identity.sender_id)
+        return await self.usage.budget.warning_texts(*who, identity.language_code)
 
     async def _store(
         self,

@@ -217,6 +217,16 @@ class Budget:
             resets += [self.resets(key, spent.zone) for key in over]
         return max(resets) if resets else None
 
+    async def refusal(self, owner_id: int, sender_id: int | None, lang: str | None) -> str | None:
+        """Return the sentence for an owner (or a group turn's sender) over a budget,
+        saying when it resets in the owner's zone; None when they may call models."""
+        resets = await self.resets_at(owner_id, sender_id)
+        if resets is None:
+            return None
+        local = resets.astimezone(await self.zone(owner_id) or self.settings.zone)
+        logger.info("user %s is over the token budget until %s", owner_id, local)
+        return t("over_budget", lang, when=f"{local:%Y-%m-%d %H:%M}")
+
     async def allows(self, owner_id: int) -> bool:
         """Tell whether the owner's background work may call models now."""
         return await self.resets_at(owner_id) is None
@@ -239,6 +249,16 @@ class Budget:
                 if await self.repo.warn_once(person, key, period):
                     found.append(BudgetWarning(person, key, used, self.resets(key, spent.zone)))
         return found
+
+    async def warning_texts(
+        self, owner_id: int, sender_id: int | None, lang: str | None
+    ) -> list[str]:
+        """Return a sentence per budget `warnings` finds, its times in the owner's zone."""
+        found = await self.warnings(owner_id, sender_id)
+        if not found:
+            return []
+        zone = await self.zone(owner_id) or self.settings.zone
+        return [warning.text(owner_id, lang, zone) for warning in found]
 
 
 def _people(owner_id: int, sender_id: int | None) -> list[int]:
