@@ -89,6 +89,7 @@ async def _post_init(app: App) -> None:
     if state.runtime is None:
         state.runtime = await build_runtime(state.settings)
         state.owns_runtime = True
+    state.runtime.deps.tasks_run = True  # this process (or a worker) runs their jobs
     state.reminders = ReminderService(state.runtime.deps, state.runtime.service.locks)
     state.sender = Outbox(
         state.runtime.deps.delivery,

@@ -283,6 +283,7 @@ async def _run_on_copy(
     async with conn.transaction(force_rollback=True):
         outcome.hidden_messages = await _rewind(conn, conversation_id, outcome.kept_messages_upto)
         deps = make_deps(settings, cast(Any, SandboxPool(conn)), chat_model=chat)
+        deps.tasks_run = True  # as in the bot: the task and its job are rolled back
         saver: BaseCheckpointSaver[Any] = reader.saver if commit else _MemorySaver()
         config = (
             target.saved.config

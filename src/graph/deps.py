@@ -85,6 +85,10 @@ class GraphDeps:
     stops: dict[int, asyncio.Event] = field(default_factory=dict)
     """The stop signals of this process's live turns, by owner (/stop sets one): the
     agent node streams the model's answer of such a turn and ends it when it is set."""
+    tasks_run: bool = False
+    """Whether scheduled tasks reach the user from here: the bot and its workers run them
+    and deliver their answers in Telegram; the terminal chat runs none, so schedule_task
+    refuses there rather than promise a reminder that never comes."""
 
     def __post_init__(self) -> None:
         self.backoff.base = self.settings.memory_retry_seconds

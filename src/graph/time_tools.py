@@ -58,6 +58,12 @@ def make_time_tools(deps: GraphDeps) -> list[BaseTool]:
             repeat: a cron expression for repeats ("0 18 * * 5": Fridays 18:00); omit
                 for one run.
         """
+        if not deps.tasks_run:
+            return (
+                "Error: scheduled tasks are run and delivered by the Telegram bot; this is "
+                "the terminal chat, where no task runs. Tell the user you cannot remind "
+                "them or act later here."
+            )
         owner = state["user_id"]
         text = " ".join((instruction or "").split())
         if not text:

@@ -131,3 +131,22 @@ async def test_debug_logs_never_show_the_api_key(
     assert "DEBUG" in out.stderr  # the logs were really on
     assert secret not in out.stderr and secret not in out.stdout
     assert "Authorization" not in out.stderr or "Bearer sk-" not in out.stderr
+
+
+async def test_the_terminal_chat_promises_no_reminder_it_cannot_deliver(
+    pool: Any, fresh_schema: str, llm: Any, tmp_path: Path
+) -> None:
+    """Scheduled tasks are run by the bot and delivered in Telegram: in `tgagent chat` the
+    model's schedule_task is refused with the reason, so the model says it cannot, and
+    no task is stored that would never arrive."""
+    call = {"name": "schedule_task", "args": {"when": "in 1 minute", "instruction": "Stretch"}}
+    llm.script({"tool_calls": [call]}, "I cannot set reminders here, sorry.")
+    env = _env(fresh_schema, OPENAI_BASE_URL=llm.base_url, OPENAI_API_KEY="test-key")
+    out = _run_chat(env, "remind me in a minute to stretch\n", tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "I cannot set reminders here, sorry." in out.stdout
+    results = [m["content"] for m in llm.requests[1]["messages"] if m["role"] == "tool"]
+    assert len(results) == 1 and "terminal chat, where no task runs" in results[0]
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT count(*) AS n FROM scheduled_tasks")
+        assert (await cur.fetchone())["n"] == 0
