@@ -2,7 +2,8 @@
 
 The JSON holds the stored rows as they are (format EXPORT_FORMAT): the owner's profile,
 every conversation with its running summary, every stored message (squashed originals
-included) and squash, every fact with its history, the compacts of previous
+included) and squash, every fact with its history (a person's: also those kept about
+them as a member of groups, by group), the compacts of previous
 conversations, the texts kept for facts, usage totals by month and model, and the
 scheduled tasks with their runs (reminders of inactivity are a setting of the profile).
 The Markdown file says the same for reading. The bot sends both as files; `tgagent chat`
@@ -78,6 +79,14 @@ def _facts(rows: list[Row]) -> list[Row]:
     return facts
 
 
+def _group_facts(rows: list[Row]) -> list[Row]:
+    """Return a person's facts kept in groups, by group: each group's id and the facts."""
+    by_group: dict[int, list[Row]] = {}
+    for row in rows:
+        by_group.setdefault(int(row["telegram_user_id"]), []).append(row)
+    return [{"group_id": group, "facts": _facts(facts)} for group, facts in by_group.items()]
+
+
 def build_export(owner: int, rows: dict[str, Any], now: datetime) -> dict[str, Any]:
     """Return the export of what `ExportRepository.read` found about the owner."""
     messages: dict[str, list[Row]] = {}
@@ -103,6 +112,7 @@ def build_export(owner: int, rows: dict[str, Any], now: datetime) -> dict[str, A
         "profile": rows["user"],
         "conversations": conversations,
         "facts": _facts(rows["facts"]),
+        "facts_in_groups": _group_facts(rows.get("facts_as_member", [])),
         "previous_conversations": rows["compacts"],
         "texts_kept_for_facts": rows["pending"],
         "tasks": rows["tasks"],
@@ -125,6 +135,13 @@ def _markdown_facts(data: dict[str, Any], lang: str | None) -> list[str]:
             lines.append(f"  - {t('export_md_was', lang, value=old['value'], until=until)}")
     if not data["facts"]:
         lines.append(t("export_md_none", lang))
+    for group in data.get("facts_in_groups", []):
+        lines += ["", f"### {t('export_md_group_facts', lang, group=group['group_id'])}", ""]
+        for fact in group["facts"]:
+            lines.append(f"- **{fact['key']}**: {fact['value']} ({fact['type']})")
+            for old in fact["history"]:
+                until = (old["until"] or "")[:10]
+                lines.append(f"  - {t('export_md_was', lang, value=old['value'], until=until)}")
     return lines
 
 

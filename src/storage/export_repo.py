@@ -34,6 +34,11 @@ ORDER BY s.created_at, s.id
 SELECT_FACTS = """
 SELECT * FROM facts WHERE telegram_user_id = %s ORDER BY member_id, key, created_at, id
 """
+# A person's own facts kept in groups (as a member's, issue 33): theirs to see and erase.
+SELECT_FACTS_AS_MEMBER = """
+SELECT * FROM facts WHERE member_id = %s AND telegram_user_id <> %s
+ORDER BY telegram_user_id, key, created_at, id
+"""
 SELECT_COMPACTS = """
 SELECT created_at, summary, topics, last_action FROM session_compacts
 WHERE telegram_user_id = %s ORDER BY created_at, id
@@ -65,7 +70,7 @@ class ExportRepository(Repository):
     async def read(self, owner: int) -> dict[str, Any]:
         """Return the owner's rows, by kind, in one snapshot (a repeatable-read
         transaction): user, conversations, messages, squashes, facts, compacts, pending,
-        usage, tasks."""
+        usage, tasks, and a person's facts kept in groups (`facts_as_member`)."""
         queries = {
             "conversations": SELECT_CONVERSATIONS,
             "messages": SELECT_MESSAGES,
@@ -82,4 +87,8 @@ class ExportRepository(Repository):
             found: dict[str, Any] = {"user": user}
             for name, query in queries.items():
                 found[name] = list(await (await c.execute(query, (owner,))).fetchall())
+            found["facts_as_member"] = []
+            if owner > 0:  # a person (groups have negative ids)
+                cur = await c.execute(SELECT_FACTS_AS_MEMBER, (owner, owner))
+                found["facts_as_member"] = list(await cur.fetchall())
         return found

@@ -183,11 +183,12 @@ async def test_a_groups_export_and_erase_cover_its_members_facts(
     assert [f["value"] for f in await memory.list_facts(ANN)] == ["Rex"]
 
 
-async def test_a_persons_erase_takes_their_facts_in_groups_too(
+async def test_a_persons_export_and_erase_take_their_facts_in_groups_too(
     start_bot: Any, tg: FakeBotAPI, pool: Any
 ) -> None:
-    """/erase in a private chat deletes everything about the person: their own facts
-    kept in groups as a member's go too; the group's own and other members' stay."""
+    """/export and /erase in a private chat cover everything about the person: their own
+    facts kept in groups as a member's too (/export lists them by group, with their
+    history); the group's own and other members' are neither shown nor deleted."""
     bot = await start_bot()
     service, memory = bot.runtime.service, bot.runtime.deps.memory
     await memory.upsert_fact(GROUP, "project", "Apollo")
@@ -195,6 +196,16 @@ async def test_a_persons_erase_takes_their_facts_in_groups_too(
     await memory.upsert_fact(GROUP, "city", "Rome", member=ANN)  # Paris becomes history
     await memory.upsert_fact(GROUP, "city", "Oslo", member=BOB)
     await memory.upsert_fact(ANN, "pet", "Rex")
+    [as_json, as_markdown] = await service.export(Identity(ANN, language_code="en"))
+    exported = json.loads(as_json.data)
+    assert [(f["key"], f["value"]) for f in exported["facts"]] == [("pet", "Rex")]
+    [in_group] = exported["facts_in_groups"]
+    assert in_group["group_id"] == GROUP
+    [city] = in_group["facts"]
+    assert (city["value"], [h["value"] for h in city["history"]]) == ("Rome", ["Paris"])
+    readable = as_markdown.data.decode()
+    assert f"### Your facts in the group {GROUP}" in readable and "**city**: Rome" in readable
+    assert "Apollo" not in readable and "Oslo" not in readable
     await service.erase(Identity(ANN))
     async with pool.connection() as conn:
         cur = await conn.execute(
