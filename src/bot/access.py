@@ -60,6 +60,13 @@ class AccessPolicy:
             return self.open or owner_id in self.allowed
         return self.allows(owner_id)
 
+    def admits_task(self, owner_id: int, requested_by: int | None) -> bool:
+        """Tell whether a scheduled task may run: its owner is served, or, in a group, the
+        member who asked for it may still use the bot there (as their messages may)."""
+        if self.admits_owner(owner_id):
+            return True
+        return owner_id < 0 and requested_by is not None and self.allows(requested_by, owner_id)
+
 
 class RateLimiter:
     """At most `limit` messages per user in any `period` seconds (0 = no limit).

@@ -57,7 +57,7 @@ class TaskRunner:
         async def decide(task: dict[str, Any]) -> tuple[str, bool, datetime | None]:
             owner = int(task["owner_id"])
             user = await self.state.service.deps.users.get(owner)
-            if not self.state.access.admits_owner(owner):
+            if not self.state.access.admits_task(owner, task["requested_by"]):
                 outcome = "refused"
             elif user is not None and user["remind_of_yourself"] == "0":
                 outcome = "muted"
@@ -94,7 +94,7 @@ class TaskRunner:
         ):
             logger.info("task %s was cancelled before its run", task["id"])
             return
-        if not state.access.admits_owner(owner):
+        if not state.access.admits_task(owner, task["requested_by"]):
             logger.info("task %s of %s not run: the allowlist refuses it", task["id"], owner)
             return
         zone = zone_named(task["timezone"]) or state.settings.zone

@@ -234,6 +234,37 @@ async def test_a_task_of_an_owner_no_longer_admitted_is_not_run(
     assert len(tg.messages_to(ANN)) == 1
 
 
+async def test_a_groups_task_runs_while_the_member_who_asked_may_use_the_bot(
+    start_bot: Any, tg: FakeBotAPI, llm: Any
+) -> None:
+    """The allowlist names Ann, not her group: her messages there are answered, so the
+    task she asked for there runs too; once the operator drops her, it is refused."""
+    group = -100_996_000
+    bot = await start_bot(allowed_user_ids=str(ANN))
+    llm.script_for(
+        CHAT_MODEL,
+        {"tool_calls": [schedule("in 2 seconds", "Remind us")]},
+        "Sure.",
+        "Reminder!",
+        {"tool_calls": [schedule("in 3 seconds", "Remind us again")]},
+        "Sure.",
+    )
+    tg.push_text(ANN, "@tgagent_test_bot remind us", chat_id=group, chat_type="supergroup")
+    await tg.await_messages(group, 2, timeout=20)
+    assert tg.messages_to(group)[-1]["text"] == "Reminder!"
+    await eventually(lambda: settled(bot.runtime.pool, 1))
+    [run] = await TaskRepository(bot.runtime.pool).runs(1)
+    assert run["outcome"] == "run"
+    tg.push_text(ANN, "@tgagent_test_bot and again", chat_id=group, chat_type="supergroup")
+    await tg.await_messages(group, 3, timeout=20)
+    await bot.close()
+    bot = await start_bot(allowed_user_ids=str(BOB))  # Ann dropped before it is due
+    await eventually(lambda: settled(bot.runtime.pool, 2))
+    [run] = await TaskRepository(bot.runtime.pool).runs(2)
+    assert run["outcome"] == "refused"
+    assert len(tg.messages_to(group)) == 3
+
+
 async def test_export_holds_the_zone_and_tasks_and_erase_deletes_them(
     start_bot: Any, tg: FakeBotAPI, llm: Any, pool: Any
 ) -> None:
