@@ -2,12 +2,12 @@
 
 Days and months are the person's (or group's) own, in the zone they chose (/tz), else in
 TIMEZONE; a change of zone reaches the budget within ZONE_TTL seconds. A person or group
-over any budget gets no model
-call until it resets: their turns are answered with one sentence, a turn that runs out
-half-way stops before its next call (BudgetGuard), and their background work (summaries,
-facts, compacts, reminders) waits. A group turn counts against the group's budgets and
-against the sender's own. Dollars are estimated with MODEL_PRICES (src/services/prices.py),
-transcribed minutes included. Admins (ADMIN_USER_IDS) are exempt.
+over any budget gets no model call until it resets: their turns are answered with one
+sentence, a turn that runs out half-way stops before its next call (BudgetGuard), and
+their background work (summaries, facts, compacts, reminders) waits. A group turn counts
+against the group's budgets and against the sender's own. Dollars are estimated with
+MODEL_PRICES (src/services/prices.py), transcribed minutes included. Admins
+(ADMIN_USER_IDS) are exempt.
 """
 
 from __future__ import annotations
@@ -38,13 +38,13 @@ ZONE_TTL = 60.0
 
 
 def day_start(now: datetime, settings: Settings, zone: ZoneInfo | None = None) -> datetime:
-    """Return the start of `now`'s day in `zone` (budgets: TIMEZONE)."""
+    """Return the start of `now`'s day in `zone` (None: TIMEZONE)."""
     zone = zone or settings.zone
     return datetime.combine(now.astimezone(zone).date(), time(), tzinfo=zone)
 
 
 def month_start(now: datetime, settings: Settings, zone: ZoneInfo | None = None) -> datetime:
-    """Return the start of `now`'s month in `zone` (budgets: TIMEZONE)."""
+    """Return the start of `now`'s month in `zone` (None: TIMEZONE)."""
     return day_start(now, settings, zone).replace(day=1)
 
 
