@@ -292,10 +292,11 @@ class AgentService(MemoryCommands):
                         state, config, stream_mode=["updates", "custom"]
                     ):
                         if mode == "custom":
-                            self._relay(stream, chunk)
+                            if stream is not None:
+                                stream.relay(chunk)
                             continue
                         for node, values in chunk.items():
-                            self._collect(outcome, node, values or {})
+                            outcome.collect(values or {})
                             if node == "save_response":
                                 self._answer(outcome, values or {}, result=result, started=started)
                                 # What is left (facts, summary) marks messages only with
@@ -411,16 +412,6 @@ class AgentService(MemoryCommands):
             logger.info("message %s runs again: its update came back", message_id)
         return row
 
-    @staticmethod
-    def _relay(stream: TurnStream | None, event: Any) -> None:
-        """Pass what the agent node writes as it goes to whoever watches the turn."""
-        if stream is None or not isinstance(event, dict):
-            return
-        if "text" in event:
-            stream.on_text(event["text"])
-        elif "tools" in event:
-            stream.on_tools(list(event["tools"]))
-
     def _answer(
         self,
         outcome: TurnResult,
@@ -433,21 +424,9 @@ class AgentService(MemoryCommands):
         stored: the step's own bookkeeping and what runs after it come later."""
         if result.done():
             return
-        self._collect(outcome, "save_response", values)
+        outcome.collect(values)
         outcome.ms = (time.perf_counter() - started) * 1000
         result.set_result(outcome)
-
-    @staticmethod
-    def _collect(outcome: TurnResult, node: str, values: dict[str, Any]) -> None:
-        if "reply" in values:
-            outcome.reply = values["reply"]
-        if "tools_used" in values:
-            outcome.tools_used = list(values["tools_used"])
-        if "context_tokens" in values:
-            outcome.context_tokens = values["context_tokens"]
-        if "usage" in values:
-            outcome.tokens_in = values["usage"].get("input", 0)
-            outcome.tokens_out = values["usage"].get("output", 0)
 
     async def drain(self) -> None:
         """Wait until background work (summaries after replies) has finished."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from src.graph.lang import lang_of
+from src.services.texts_export import EXPORT_TEXTS
 from src.services.texts_members import MEMBER_TEXTS
 from src.services.texts_tasks import TASK_TEXTS
 
@@ -204,18 +205,6 @@ TEXTS: dict[str, dict[str, str]] = {
         "export_caption": "Всё, что я храню о вас: {name}",
         "export_written": "Всё, что я храню о вас, записано в файлы:\n{paths}",
         "export_failed": "Не получилось собрать выгрузку. Попробуйте ещё раз чуть позже.",
-        "export_md_title": "Всё, что tgagent хранит о вас",
-        "export_md_profile": "Профиль",
-        "export_md_facts": "Факты",
-        "export_md_was": "было: {value} (до {until})",
-        "export_md_compacts": "Прошлые беседы",
-        "export_md_conversations": "Разговоры",
-        "export_md_summary": "Сводка",
-        "export_md_squashed": "сжато",
-        "export_md_usage": "Расход токенов",
-        "export_md_usage_line": "{month}, {model}: вызовов {calls}, токенов {input_tokens} "
-        "на входе и {output_tokens} на выходе",
-        "export_md_none": "нет",
     },
     "en": {
         "greeting": (
@@ -413,18 +402,6 @@ TEXTS: dict[str, dict[str, str]] = {
         "export_caption": "Everything I keep about you: {name}",
         "export_written": "Everything I keep about you is written to:\n{paths}",
         "export_failed": "Could not build the export. Please try again a little later.",
-        "export_md_title": "Everything tgagent keeps about you",
-        "export_md_profile": "Profile",
-        "export_md_facts": "Facts",
-        "export_md_was": "was: {value} (until {until})",
-        "export_md_compacts": "Previous conversations",
-        "export_md_conversations": "Conversations",
-        "export_md_summary": "Summary",
-        "export_md_squashed": "compressed",
-        "export_md_usage": "Tokens spent",
-        "export_md_usage_line": "{month}, {model}: {calls} calls, {input_tokens} tokens in "
-        "and {output_tokens} out",
-        "export_md_none": "none",
     },
 }
 for _lang, _more in TASK_TEXTS.items():
@@ -432,6 +409,10 @@ for _lang, _more in TASK_TEXTS.items():
 
 
 for _lang, _texts in MEMBER_TEXTS.items():
+    TEXTS[_lang].update(_texts)
+
+
+for _lang, _texts in EXPORT_TEXTS.items():
     TEXTS[_lang].update(_texts)
 
 

@@ -44,6 +44,19 @@ class TurnResult:
     context_tokens: int = 0
     ms: float = 0.0
 
+    def collect(self, values: dict[str, Any]) -> None:
+        """Take what a node of the turn's graph wrote that the caller is told: the reply,
+        the tools used, the context's size and the tokens."""
+        if "reply" in values:
+            self.reply = values["reply"]
+        if "tools_used" in values:
+            self.tools_used = list(values["tools_used"])
+        if "context_tokens" in values:
+            self.context_tokens = values["context_tokens"]
+        if "usage" in values:
+            self.tokens_in = values["usage"].get("input", 0)
+            self.tokens_out = values["usage"].get("output", 0)
+
 
 @dataclass
 class TurnStream:
@@ -56,6 +69,15 @@ class TurnStream:
     """Called with the names of the tools that run now; the text written before them
     was not the answer (the next piece starts it anew)."""
     stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def relay(self, event: Any) -> None:
+        """Pass on what the agent node writes as it goes: text, or the tools that run."""
+        if not isinstance(event, dict):
+            return
+        if "text" in event:
+            self.on_text(event["text"])
+        elif "tools" in event:
+            self.on_tools(list(event["tools"]))
 
 
 @dataclass
