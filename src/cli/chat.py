@@ -39,7 +39,9 @@ def register(sub: Any, db_sub: Any) -> None:
     parser.set_defaults(handler=run_chat, quiet_logs=True)
 
 
-def _format_memory(report: dict[str, Any], lang: str) -> str:
+def format_memory(report: dict[str, Any], lang: str) -> str:
+    """Return /memory for the terminal: its dates in the owner's zone, as the bot's."""
+    zone = report.get("zone")
     lines = [
         f"window: {report['window']} messages, stored: {report['stored_messages']}",
         f"reminders: {'on' if report['reminders'] else 'off'}",
@@ -50,12 +52,13 @@ def _format_memory(report: dict[str, Any], lang: str) -> str:
         line = f"fact ({fact['type']}, {fact['importance']}): {fact['key']} = "
         line += fact_value(fact["value"])
         if fact.get("previous_value"):
-            until = f"{fact['previous_until']:%Y-%m-%d}"
+            until = f"{fact['previous_until'].astimezone(zone):%Y-%m-%d}"
             line += t("memory_was", lang, value=fact_value(fact["previous_value"]), date=until)
         lines.append(line)
     for compact in report["compacts"]:
         lines.append(
-            f"previous conversation {compact['created_at']:%Y-%m-%d}: {compact['summary']}"
+            f"previous conversation {compact['created_at'].astimezone(zone):%Y-%m-%d}: "
+            + compact["summary"]
         )
     return "\n".join(lines)
 
@@ -84,7 +87,7 @@ async def answer_line(
             return t("memory_cleared", lang, facts=facts, compacts=compacts)
         if word == "forget":
             return await forget_fact(service, identity, key)
-        return _format_memory(await service.memory_report(identity), lang or "ru")
+        return format_memory(await service.memory_report(identity), lang or "ru")
     if command in ("/export", "/erase"):
         return await own_data(service, identity, command, rest)
     if command.startswith("/") and len(command) > 1 and " " not in command:

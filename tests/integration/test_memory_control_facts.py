@@ -74,7 +74,8 @@ async def test_a_changed_value_supersedes_and_the_old_one_is_history(
     report = await rt.service.memory_report(ANN)
     [fact] = report["facts"]
     assert (fact["key"], fact["value"], fact["previous_value"]) == ("city", "Paris", "Berlin")
-    until = f"{fact['previous_until']:%Y-%m-%d}"
+    # The day in the owner's zone (TIMEZONE, Moscow): past 21:00 UTC it is the next one.
+    until = f"{fact['previous_until'].astimezone(report['zone']):%Y-%m-%d}"
     assert "1. city: Paris — was Berlin until " + until in render_memory(report, "en")
     # The prompt carries only the current value.
     await say(rt, ANN, "where do I live?")
