@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 from typing import Any
 
 from src.config import Settings
+
+CLOSE_SECONDS = 5.0
+"""How long Ctrl-C waits for open connections to close before the command exits."""
 
 
 async def web_command(args: argparse.Namespace, settings: Settings) -> int:
@@ -30,6 +34,9 @@ async def web_command(args: argparse.Namespace, settings: Settings) -> int:
             await asyncio.Event().wait()
         finally:
             server.stop()
+            # Browsers keep connections open: close them, never waiting long to exit.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(server.close_all_connections(), CLOSE_SECONDS)
     return 0
 
 

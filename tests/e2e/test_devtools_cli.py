@@ -32,6 +32,19 @@ def cli_env(**env: str) -> dict[str, str]:
     return clean | {"PYTHONPATH": str(ROOT), "LOG_LEVEL": "WARNING"} | env
 
 
+def stopped(proc: subprocess.Popen[str], timeout: float = 60) -> str:
+    """Wait for a process told to stop; return its stderr. One still running after
+    `timeout` is aborted (SIGABRT: with PYTHONFAULTHANDLER set, it prints every thread's
+    stack) and the test fails with what it printed, so a rare hang says where it was."""
+    try:
+        return proc.communicate(timeout=timeout)[1]
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        err = proc.communicate(timeout=30)[1]
+        told = f"still running {timeout} s after it was told to stop:\n{err}"
+        raise AssertionError(told) from None
+
+
 def run_cli(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """Run `python -m src.cli` in `cwd` (no `.env` there) with only `env` configured."""
     return subprocess.run(
@@ -163,7 +176,12 @@ async def test_web_serves_the_bot_database_until_interrupted(
     proc = subprocess.Popen(
         [sys.executable, "-m", "src.cli", "web", "--host", "0.0.0.0", "--port", "0"],
         cwd=tmp_path,
-        env=cli_env(DATABASE_URL=fresh_schema, WEB_TOKEN="tok-e2e", LOG_LEVEL="INFO"),
+        env=cli_env(
+            DATABASE_URL=fresh_schema,
+            WEB_TOKEN="tok-e2e",
+            LOG_LEVEL="INFO",
+            PYTHONFAULTHANDLER="1",  # a process that hangs shows where (see `stopped`)
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -179,5 +197,5 @@ async def test_web_serves_the_bot_database_until_interrupted(
         assert page.status_code == 200 and "What is my cat called?" in page.text
     finally:
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
+        err = stopped(proc)
     assert proc.returncode == 130 and "200 GET / " in err and "tok-e2e" not in err
