@@ -14,15 +14,11 @@ from __future__ import annotations
 
 import logging
 import time as clock_time
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from datetime import datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
-
-from langchain_core.callbacks import AsyncCallbackHandler
-from langchain_core.messages import BaseMessage
 
 from src.config import Settings
 from src.graph.model_calls import OverBudget
@@ -266,29 +262,19 @@ def _people(owner_id: int, sender_id: int | None) -> list[int]:
     return [owner_id] if sender_id in (None, owner_id) else [owner_id, int(sender_id)]
 
 
-class BudgetGuard(AsyncCallbackHandler):
+class BudgetGuard:
     """Refuse a turn's model call when the owner or sender is over budget: checked before
     every call (a turn of tool rounds and memory work makes many), not only the first.
 
-    A chat model's callback, inline and before the recorder: raising from it stops the
-    call before it is made (LangChain re-raises the errors of `raise_error` handlers).
+    The usage recorder asks it first thing in its start callback (see UsageRecorder):
+    LangChain awaits the handlers' starts one by one, so a raising handler would leave
+    every later handler's start created and never awaited.
     """
-
-    raise_error = True
-    run_inline = True
 
     def __init__(self, budget: Budget) -> None:
         self.budget = budget
 
-    async def on_chat_model_start(
-        self,
-        serialized: dict[str, Any],
-        messages: list[list[BaseMessage]],
-        *,
-        run_id: uuid.UUID,
-        metadata: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> None:
+    async def check(self, metadata: dict[str, Any] | None) -> None:
         """Raise OverBudget when the call's turn may spend no more."""
         meta = metadata or {}
         owner = meta.get("owner_id")

@@ -87,14 +87,23 @@ def _output_text(response: LLMResult | None) -> str:
 
 
 class UsageRecorder(AsyncCallbackHandler):
-    """Store one `llm_calls` row per model call; attach it to every chat model."""
+    """Store one `llm_calls` row per model call; attach it to every chat model.
+
+    Its start asks the budget's guard first: a call the guard refuses is never made, so
+    never recorded. The guard's refusal is the one error it raises (LangChain re-raises
+    the errors of `raise_error` handlers); its own failures are logged.
+    """
 
     # Inline: the start runs in the calling task, whose end it watches (see _Started).
     run_inline = True
+    raise_error = True
 
-    def __init__(self, repo: UsageRepository, counter: TokenCounter) -> None:
+    def __init__(
+        self, repo: UsageRepository, counter: TokenCounter, guard: BudgetGuard | None = None
+    ) -> None:
         self.repo = repo
         self.counter = counter
+        self.guard = guard
         self._started: dict[uuid.UUID, _Started] = {}
         self._writes: dict[asyncio.Task[None], CallRecord] = {}
         self._held: dict[str, list[CallRecord]] = {}
@@ -113,7 +122,10 @@ class UsageRecorder(AsyncCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        """Note when the call started, whose it is, and its prompt (for an estimate)."""
+        """Refuse a call over budget; else note when it started, whose it is, and its
+        prompt (for an estimate)."""
+        if self.guard is not None:
+            await self.guard.check(metadata)
         metadata = dict(metadata or {})
         params = kwargs.get("invocation_params") or {}
         model = str(metadata.get("ls_model_name") or params.get("model") or "unknown")
@@ -129,7 +141,7 @@ class UsageRecorder(AsyncCallbackHandler):
         """Record a finished call with the endpoint's usage (or an estimate)."""
         started = self._finished(run_id)
         if started is not None:
-            self._write(self._record(started, response, None))
+            self._write_safely(started, response, None)
 
     async def on_llm_error(self, error: BaseException, *, run_id: uuid.UUID, **kwargs: Any) -> None:
         """Record a failed call: no tokens, unless a stream wrote some before it ended
@@ -137,7 +149,7 @@ class UsageRecorder(AsyncCallbackHandler):
         cancelled (its prompt was sent: estimated)."""
         started = self._finished(run_id)
         if started is not None:
-            self._write(self._record(started, kwargs.get("response"), error))
+            self._write_safely(started, kwargs.get("response"), error)
 
     def _finished(self, run_id: uuid.UUID) -> _Started | None:
         """Forget a call under way (and stop watching its task); return its start."""
@@ -153,6 +165,15 @@ class UsageRecorder(AsyncCallbackHandler):
         if task.cancelled() and run_id in self._started:
             started = self._started.pop(run_id)
             self._write(self._record(started, None, asyncio.CancelledError()))
+
+    def _write_safely(
+        self, started: _Started, response: LLMResult | None, error: BaseException | None
+    ) -> None:
+        """Record a call; a failure here is logged, never raised into the call."""
+        try:
+            self._write(self._record(started, response, error))
+        except Exception:
+            logger.warning("recording a call of %s failed", started.model, exc_info=True)
 
     def _record(
         self, started: _Started, response: LLMResult | None, error: BaseException | None
@@ -280,9 +301,9 @@ class Usage:
 
     @property
     def callbacks(self) -> list[BaseCallbackHandler]:
-        """Return what every chat model carries: the budget's guard, then the recorder
-        (a call the guard refuses is never made, so never recorded)."""
-        return [BudgetGuard(self.budget), self.recorder]
+        """Return what every chat model carries: the recorder, which asks the budget's
+        guard before every call."""
+        return [self.recorder]
 
     @classmethod
     def over(
@@ -295,12 +316,16 @@ class Usage:
         """Build usage accounting over the pool."""
         repo = UsageRepository(pool)
         recorder = UsageRecorder(repo, counter)
-        return cls(repo, recorder, Budget(repo, settings, clock, recorder.unwritten))
+        budget = Budget(repo, settings, clock, recorder.unwritten)
+        recorder.guard = BudgetGuard(budget)
+        return cls(repo, recorder, budget)
 
 
 def recorded(model: Model | None, usage: Usage) -> Model | None:
-    """Return `model` with the usage callbacks (guard and recorder) among its own (a
-    copy; None stays None)."""
+    """Return `model` with the usage callbacks after its own (a copy; None stays None).
+
+    Last, since the recorder may refuse the call: handlers after a raising one would
+    never have their start awaited."""
     if model is None:
         return None
     callbacks = model.callbacks
@@ -309,4 +334,4 @@ def recorded(model: Model | None, usage: Usage) -> Model | None:
     if callbacks is not None and not isinstance(callbacks, list):
         logger.warning("%s has a callback manager: its calls are recorded in turns only", model)
         return model
-    return model.model_copy(update={"callbacks": [*usage.callbacks, *(callbacks or [])]})
+    return model.model_copy(update={"callbacks": [*(callbacks or []), *usage.callbacks]})

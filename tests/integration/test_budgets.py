@@ -5,17 +5,21 @@ real ChatOpenAI client against the fake OpenAI-compatible server."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from langchain_core.callbacks import AsyncCallbackHandler
+from langchain_core.language_models import GenericFakeChatModel
 from langchain_core.messages import HumanMessage
 
-from src.graph.model_calls import call_config
+from src.graph.model_calls import OverBudget, call_config
 from src.services.agent_service import Identity
 from src.services.budget import Budget
 from src.services.media import MediaReader, Upload
 from src.services.texts import t
+from src.services.usage import recorded
 from src.services.usage_report import UsageReports, render_owner
 from src.storage.usage_repo import UsageRepository
 from src.storage.users_repo import UsersRepository
@@ -75,6 +79,34 @@ async def test_the_budget_is_checked_before_every_model_call(
     await rt.service.drain()
     assert len(llm.requests) == 1  # the first call only: ~300 tokens, over 100
     assert [r["purpose"] for r in await calls(rt)] == ["reply"]
+
+
+async def test_a_refused_call_leaves_no_callback_unrun(runtime_factory: Any, llm: Any) -> None:
+    """The budget refuses a call before it is made, and every other handler of the model
+    still sees its start: none is left created and never awaited (a RuntimeWarning that
+    the test run makes an error)."""
+    rt = await runtime_factory(user_daily_tokens=50)
+    await rt.service.handle_message(ALICE, "hello")  # more than 50 tokens
+    await rt.service.drain()
+    seen: list[str] = []
+
+    class Spy(AsyncCallbackHandler):
+        run_inline = True
+
+        async def on_chat_model_start(self, *args: Any, **kwargs: Any) -> None:
+            seen.append("start")
+
+    model = recorded(
+        GenericFakeChatModel(messages=iter(["hi"]), callbacks=[Spy()]), rt.service.usage
+    )
+    assert model is not None
+    config = call_config("reply", ALICE.owner_id)
+    config["metadata"]["turn_id"] = "t-1"
+    with pytest.raises(OverBudget):
+        await model.ainvoke([HumanMessage("hello again")], config)
+    gc.collect()
+    assert seen == ["start"]
+    assert not rt.service.usage.recorder.unwritten(ALICE.owner_id)  # a refused call is no call
 
 
 async def test_dollar_budget_counts_each_models_price(runtime_factory: Any, llm: Any) -> None:
