@@ -203,6 +203,7 @@ async def test_one_chat_stays_in_order(start_bot: Any, tg: FakeBotAPI, llm: Any)
     assert [m["text"] for m in answers] == [f"re: {text}" for text in texts]
 
 
+@pytest.mark.slow
 async def test_thirty_users_at_once(start_bot: Any, tg: FakeBotAPI, llm: Any, pool: Any) -> None:
     await start_bot()
     llm.delay = 0.2  # long enough for turns to overlap
@@ -315,6 +316,7 @@ def test_cli_without_token_says_so(tmp_path: Path) -> None:
     assert out.stderr.strip().count("\n") == 0 and "TELEGRAM_BOT_TOKEN" in out.stderr
 
 
+@pytest.mark.slow
 async def test_tgagent_bot_serves_until_sigterm(
     pool: Any, fresh_schema: str, tg: FakeBotAPI, llm: Any, tmp_path: Path
 ) -> None:

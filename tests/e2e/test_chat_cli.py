@@ -13,6 +13,8 @@ import pytest
 
 from src.services.local_model import CANDIDATES_ENV
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -21,6 +21,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from src.config import Settings
 from src.graph import prompts
 from src.graph.timestamps import strip_stamp
@@ -174,6 +176,7 @@ FACTS = {
 }
 
 
+@pytest.mark.slow
 async def test_facts_survive_new(pool: Any, fresh_schema: str, llm: Any, tmp_path: Path) -> None:
     owner = 501
     ledger = Ledger()
@@ -212,6 +215,7 @@ SQUASH_TURN = 30  # the chat model compresses positions 2-4 while answering u30
 OUTAGE = range(20, 27)  # the summary model answers 500 after the turns u20..u26
 
 
+@pytest.mark.slow
 async def test_summary_loses_nothing(
     pool: Any, fresh_schema: str, llm: Any, tmp_path: Path
 ) -> None:
@@ -303,6 +307,7 @@ SESSION = [
 ]
 
 
+@pytest.mark.slow
 async def test_idle_session_compact_in_next_prompt(
     pool: Any, fresh_schema: str, llm: Any, tmp_path: Path
 ) -> None:

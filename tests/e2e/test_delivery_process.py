@@ -37,6 +37,8 @@ from tests.fakes.bot_api_server import FakeBotAPI
 
 logger = logging.getLogger(__name__)
 
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
 SECRET = "hook-secret-0123456789"
 
 

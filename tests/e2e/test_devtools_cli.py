@@ -15,11 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from src.config import Settings
 from src.devtools.checkpoints import CheckpointReader
 from src.graph.main_graph import NODE_NAMES
 from src.services.agent_service import Identity
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 ALICE = Identity(301, "alice", "Alice", "en")

@@ -43,10 +43,18 @@ async def wait_facts(pool: Any, wanted: set[tuple[int, str, str]]) -> None:
 
 
 async def say(tg: FakeBotAPI, user: int, text: str, name: str) -> dict[str, Any]:
-    """Send a text in the group as `user` and return the bot's next message there."""
+    """Send a text in the group as `user` and return the bot's next message there.
+
+    Its next sent message, not an edit: an edit that a button press made may land late.
+    """
     before = len(tg.messages_to(GROUP))
     tg.push_text(user, text, first_name=name, **IN_GROUP)
-    return (await tg.await_messages(GROUP, before + 1, timeout=30))[-1]
+
+    def sent() -> list[dict[str, Any]]:
+        return [m for m in tg.messages_to(GROUP)[before:] if m["method"] == "sendMessage"]
+
+    await until(lambda: bool(sent()), timeout=30)
+    return sent()[0]
 
 
 def last_system(llm: Any) -> str:

@@ -17,6 +17,8 @@ from src.storage.migrations import discover
 from tests.integration.test_cli_db import as_url
 
 ROOT = Path(__file__).resolve().parents[2]
+# One worker builds the wheel: two `pip wheel` runs would share the checkout's build/.
+pytestmark = [pytest.mark.xdist_group("wheel"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

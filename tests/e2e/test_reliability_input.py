@@ -145,6 +145,7 @@ def reply_with_text(request: dict[str, Any]) -> str:
 
 
 @pytest.mark.parametrize("limit", [0, 20])
+@pytest.mark.slow
 async def test_a_burst_of_100_messages_from_one_user(
     start_bot: Any, tg: FakeBotAPI, llm: Any, pool: Any, record_property: Any, limit: int
 ) -> None:

@@ -14,12 +14,16 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.e2e.conftest import CHAT_MODEL
 from tests.e2e.conftest import stored as rows_of
 from tests.fakes.bot_api_server import FakeBotAPI
 from tests.fakes.openai_server import message_text
 
 logger = logging.getLogger(__name__)
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 # Distinctive values, so that any trace of them in the output is found.

@@ -54,6 +54,7 @@ def record(record_property: Any, case: str, **figures: Any) -> None:
     logger.warning("%s: %s", case, figures)
 
 
+@pytest.mark.slow
 async def test_429s_in_a_row_deliver_the_reply_once(
     start_bot: Any, tg: FakeBotAPI, llm: Any, pool: Any, record_property: Any
 ) -> None:
@@ -203,6 +204,7 @@ async def test_a_blocked_bot_costs_one_attempt_and_ends_reminders(
     )
 
 
+@pytest.mark.slow
 async def test_polling_recovers_from_a_bot_api_outage(
     start_bot: Any, llm: Any, pool: Any, record_property: Any
 ) -> None:

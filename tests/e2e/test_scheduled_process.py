@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from src.bot.task_commands import TASK_DATA
 from src.services.texts import t
 from src.storage.tasks_repo import TaskRepository
@@ -28,6 +30,9 @@ from tests.e2e.test_scheduled_tasks import eventually, schedule, settled
 from tests.fakes.bot_api_server import FakeBotAPI
 
 logger = logging.getLogger(__name__)
+
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 
 async def notes(pool: Any, owner: int) -> list[str]:

@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from src.bot.task_commands import TASK_DATA
 from src.services.texts import t
 from src.storage.tasks_repo import TaskRepository
@@ -107,6 +109,7 @@ async def test_a_task_runs_once_at_its_time_as_the_users_note(
     assert len(tg.messages_to(ANN)) == 2
 
 
+@pytest.mark.slow
 async def test_a_repeating_task_runs_each_slot_once_until_cancelled_by_the_model(
     start_bot: Any, tg: FakeBotAPI, llm: Any
 ) -> None:

@@ -104,6 +104,7 @@ async def test_serving_a_webhook_without_a_secret_refuses_to_start(
     assert tg.calls_of("setWebhook") == []
 
 
+@pytest.mark.slow
 def test_tgagent_bot_with_a_webhook_and_no_secret_says_so(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TELEGRAM_", "WEBHOOK_"))}
     env |= {

@@ -8,8 +8,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from bench.report import render
 from bench.turns import run
+
+pytestmark = pytest.mark.slow
 
 TINY = {
     "turns": 6,

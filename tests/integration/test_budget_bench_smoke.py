@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import argparse
 
+import pytest
+
 from bench.budget import run
+
+pytestmark = pytest.mark.slow
 
 
 async def test_the_budget_bench_reports_both_cases() -> None:

@@ -434,6 +434,7 @@ async def test_a_turns_context_is_stored_once_and_dropped_once_answered(
     assert history[0].values["context"] == []
 
 
+@pytest.mark.server
 async def test_reading_a_checkpoint_does_not_grow_with_the_thread(
     saver: PooledPostgresSaver, pool: Pool
 ) -> None:
@@ -464,6 +465,7 @@ async def test_reading_a_checkpoint_does_not_grow_with_the_thread(
     assert found is not None and found.checkpoint["channel_values"]["note"].startswith("note 39")
 
 
+@pytest.mark.server
 async def test_the_turns_checkpoint_read_is_planned_at_every_read(fresh_schema: str) -> None:
     """The pool prepares every statement and PostgreSQL keeps a prepared statement's plan:
     one made while the tables were nearly empty scanned ever more rows as a conversation

@@ -18,6 +18,8 @@ import pytest
 from src.config import Settings
 from src.storage.migrations import discover
 
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 

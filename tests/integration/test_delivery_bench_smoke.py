@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from bench.delivery import render, run
+
+pytestmark = pytest.mark.slow
 
 
 async def test_tiny_delivery_bench_reports_every_figure_and_loses_nothing(pg_dsn: str) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import re
 from typing import Any
 
+import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 
@@ -139,6 +140,7 @@ async def test_summarizer_failure_loses_nothing(pool: Any, llm: Any) -> None:
         await rt.close()
 
 
+@pytest.mark.slow
 async def test_concurrent_users_and_one_busy_conversation(runtime_factory: Any, llm: Any) -> None:
     rt = await runtime_factory(summary_trigger=1000)
     llm.delay = 0.01

@@ -49,6 +49,7 @@ async def test_empty_and_huge_messages_get_clear_answers(runtime_factory: Any, l
     assert await rt.deps.users.get(EVE.owner_id) is None  # nothing stored for refused input
 
 
+@pytest.mark.slow
 async def test_burst_of_100_messages_from_one_user(runtime_factory: Any, llm: Any) -> None:
     rt = await runtime_factory(summary_trigger=1000)
     results = await asyncio.gather(

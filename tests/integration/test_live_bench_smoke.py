@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from bench.live import render, run
+
+pytestmark = pytest.mark.slow
 
 
 async def test_tiny_live_bench_reports_every_figure_in_a_sane_order(pg_dsn: str) -> None:

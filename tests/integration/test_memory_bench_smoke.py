@@ -8,10 +8,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from bench import memory_audit
 from bench.memory_load import run
 from bench.memory_report import broken, render
 from src.graph import prompts
+
+pytestmark = pytest.mark.slow
 
 TINY: dict[str, Any] = {
     "turns": 8,

@@ -90,6 +90,7 @@ async def compacts_of(pool: Any, owner: int) -> list[str]:
 
 
 @pytest.mark.parametrize("clearer", ["same instance", "second instance"])
+@pytest.mark.server
 async def test_memory_clear_racing_extraction_and_compaction(
     fresh_schema: str, llm: Any, clearer: str
 ) -> None:

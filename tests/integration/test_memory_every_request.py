@@ -10,6 +10,8 @@ import asyncio
 import itertools
 from typing import Any
 
+import pytest
+
 from src.graph import prompts
 from src.services.agent_service import Identity
 from tests.fakes.memory_model import MEMORY_MODEL, memory_reply, section, transcript
@@ -283,6 +285,7 @@ async def test_the_opt_in_step_keeps_the_prefix_and_the_cap(runtime_factory: Any
     assert missing_at_each_request(llm, ledger) == []
 
 
+@pytest.mark.server
 async def test_two_processes_never_fold_the_same_batch_twice(fresh_schema: str, llm: Any) -> None:
     """Folds run outside the owner's turn lock: two instances that fold the same due
     messages at once both ask the model, but only the first write stands."""

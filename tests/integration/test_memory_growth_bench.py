@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from bench import memory_growth as bench
 from src.graph import prompts
 from src.graph.context.budget import Layers
 from src.graph.memory.facts import parse_facts
 from src.graph.tokens import ApproxCounter
 from tests.fakes import openai_server
+
+pytestmark = pytest.mark.slow
 
 MAX_FACTS = 6
 

@@ -15,6 +15,7 @@ import itertools
 import re
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -175,6 +176,7 @@ class Run:
     + [("compress_range", 3, 3), ("turn",), ("compress_range", 1, 3)]
     + [("turn",)] * 5
 )
+@pytest.mark.slow
 async def test_every_request_carries_every_message_or_its_summary(
     runtime_factory: Any, llm: Any, pool: Any, ops: list[tuple[Any, ...]]
 ) -> None:

@@ -6,6 +6,8 @@ import asyncio
 import re
 from typing import Any
 
+import pytest
+
 from src.services.agent_service import Identity
 from tests.fakes.openai_server import message_text
 
@@ -38,6 +40,7 @@ async def seed_user(rt: Any, owner: int) -> None:
     await deps.conversations.append_message(old, "assistant", "noted")
 
 
+@pytest.mark.slow
 async def test_hundred_users_see_only_their_own_memory(runtime_factory: Any, llm: Any) -> None:
     rt = await runtime_factory(summary_trigger=1000)
     llm.default_reply = model

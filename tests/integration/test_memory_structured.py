@@ -130,6 +130,7 @@ def run_chat(env: dict[str, str], cwd: Path, *options: str) -> subprocess.Comple
     )
 
 
+@pytest.mark.slow
 async def test_chat_shows_a_failing_memory_call_as_one_line(
     pool: Any, fresh_schema: str, llm: Any, tmp_path: Path
 ) -> None:

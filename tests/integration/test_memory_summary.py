@@ -75,6 +75,7 @@ async def conversation(rt: Any, owner: int) -> uuid.UUID:
     return conv
 
 
+@pytest.mark.slow
 async def test_summarizer_input_stays_bounded_over_300_turns(
     runtime_factory: Any, llm: Any
 ) -> None:

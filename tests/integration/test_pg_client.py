@@ -77,6 +77,7 @@ async def test_settings_path_names_the_server(monkeypatch: pytest.MonkeyPatch) -
     assert "pw-never-shown" not in str(info.value)
 
 
+@pytest.mark.server
 async def test_open_pool_on_real_server(pg_dsn: str) -> None:
     pool = await open_pool(pg_dsn, 1, 2)
     try:
@@ -209,6 +210,7 @@ def test_too_long_data_dir_from_settings(monkeypatch: pytest.MonkeyPatch, tmp_pa
         resolve_dsn(settings)
 
 
+@pytest.mark.server
 async def test_a_connection_the_server_closed_is_replaced(pg_dsn: str) -> None:
     """The pool's check reads the server's goodbye (no query): the pool lends a new one."""
     pool = await open_pool(pg_dsn, 1, 1)
@@ -228,6 +230,7 @@ async def test_a_connection_the_server_closed_is_replaced(pg_dsn: str) -> None:
         await pool.close()
 
 
+@pytest.mark.server
 async def test_background_work_leaves_the_turns_their_connections(pg_dsn: str) -> None:
     """Hundreds of memory tasks after replies must not queue ahead of a turn in the pool:
     background checkouts wait for their share (half the pool) outside it, so a turn's

@@ -24,6 +24,8 @@ from bench.recall_data import (
 )
 from src.graph.timestamps import STAMP
 
+pytestmark = pytest.mark.slow
+
 RATES = ("recall@1", "recall@5", "recall@10", "mrr", "own", "empty")
 
 

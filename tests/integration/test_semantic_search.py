@@ -208,6 +208,7 @@ async def test_a_semantic_search_never_returns_another_owners_message(
         assert len(hits) == min(50, sum(1 for o in owned.values() if o == base + owner))
 
 
+@pytest.mark.slow
 def test_db_embed_backfills(fresh_schema: str, llm: FakeOpenAI, tmp_path: Path) -> None:
     env = {
         k: v

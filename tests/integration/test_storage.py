@@ -27,6 +27,7 @@ async def test_get_or_create_returns_latest(pool: Pool) -> None:
     assert await repo.get_or_create_conversation(1) == newer
 
 
+@pytest.mark.server
 async def test_get_or_create_concurrent_makes_one(pool: Pool) -> None:
     repo = ConversationRepository(pool)
     ids = await asyncio.gather(*(repo.get_or_create_conversation(7) for _ in range(10)))
@@ -120,6 +121,7 @@ async def test_clear_conversation_messages(pool: Pool) -> None:
     assert await repo.get_conversation(conv) is not None
 
 
+@pytest.mark.server
 async def test_concurrent_appends_unique_gapless_numbers(pool: Pool) -> None:
     repo = ConversationRepository(pool)
     conv = await repo.get_or_create_conversation(13)
@@ -204,6 +206,7 @@ async def test_migrations_idempotent(pool: Pool) -> None:
     assert versions == [m.version for m in discover()]
 
 
+@pytest.mark.server
 async def test_migrations_concurrent(fresh_schema: str) -> None:
     pools = [make_pool(fresh_schema, 1, 2) for _ in range(3)]
     for p in pools:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from src.graph import prompts
 from src.services.agent_service import Identity
 from src.services.factory import build_runtime
@@ -14,6 +16,8 @@ from tests.conftest import make_settings
 from tests.fakes.memory_model import MEMORY_MODEL
 from tests.integration.test_memory_gives_way import BOUND, HANG, HangFirst
 from tests.memory_ledger import Ledger
+
+pytestmark = pytest.mark.server
 
 CHAT = Identity(7777, language_code="en")
 

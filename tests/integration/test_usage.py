@@ -8,6 +8,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from src.graph import prompts
 from src.services.agent_service import Identity, TurnStream
 from src.services.budget import Totals
@@ -338,6 +340,7 @@ async def test_usage_text(runtime_factory: Any, llm: Any) -> None:
     assert "Сегодня: ничего" in empty
 
 
+@pytest.mark.slow
 async def test_cli_usage_json(
     runtime_factory: Any, llm: Any, fresh_schema: str, tmp_path: Path
 ) -> None:

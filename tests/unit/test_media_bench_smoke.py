@@ -6,6 +6,8 @@ import pytest
 
 from bench.media import main
 
+pytestmark = pytest.mark.slow
+
 
 def test_the_media_bench_reports_each_case(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--quick", "--repeat", "1"]) == 0
