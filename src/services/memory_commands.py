@@ -178,7 +178,8 @@ class MemoryCommands:
 
         What it forgets makes nothing long-term either: the messages not summarized and
         not fact-extracted yet are marked done without a model reading them (a password
-        said before /forget never becomes a fact).
+        said before /forget never becomes a fact), and the current session ends here
+        without a compact (forget_summary), so no later compact reads them.
         """
         deps = self.deps
         await deps.users.get_or_create(

@@ -105,6 +105,12 @@ UPDATE conversations SET active_messages_count = 0 WHERE id = %s AND topic_id <>
 MARK_ALL_SUMMARIZED = """
 UPDATE messages SET summarized = true WHERE conversation_id = %s AND NOT summarized
 """
+# ... nor in a compact: the current session ends where it is, without one.
+END_SESSION_HERE = """
+UPDATE conversations SET ended_at = last_message_at
+WHERE id = %s AND last_message_at IS NOT NULL
+  AND (ended_at IS NULL OR ended_at < last_message_at)
+"""
 MARK_FACTS_EXTRACTED = """
 UPDATE messages SET facts_extracted = true WHERE conversation_id = %s AND id = ANY(%s)
 """
@@ -344,10 +350,12 @@ class ConversationRepository(Repository):
         return False
 
     async def forget_summary(self, conversation_id: uuid.UUID, conn: Conn | None = None) -> None:
-        """Empty the running summary; nothing stored so far will ever be summarized."""
+        """Empty the running summary; nothing stored so far will ever be summarized, or
+        compacted (the current session ends here, without a compact)."""
         async with self._conn(conn) as c, c.transaction():
             await c.execute(SET_SUMMARY, ("", conversation_id))
             await c.execute(MARK_ALL_SUMMARIZED, (conversation_id,))
+            await c.execute(END_SESSION_HERE, (conversation_id,))
             await c.execute(FORGET_TOPIC_WINDOW, (conversation_id,))
 
     async def mark_facts_extracted(

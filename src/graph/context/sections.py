@@ -39,13 +39,40 @@ _TYPE_LABELS = {
     "hypothesis": "[hypothesis] ",
     "constraint": "[constraint] ",
 }
-# Anything that looks like the section's own tags, inside the data: `< / memory >` etc.
-_TAG = re.compile(r"<\s*(/?)\s*memory\s*>", re.IGNORECASE)
+# Anything that looks like the section's own tags, inside the data: `< / memory >`, the
+# same with invisible characters inside (zero-width, soft hyphen, bidi controls, variation
+# selectors, tag characters: what NFKC or a model's tokenizer ignores), in full-width or
+# small-form brackets, slash and letters, or with Cyrillic and Greek look-alike letters.
+_HIDDEN = (
+    r"[\s\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f"
+    r"\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0"
+    r"\U000e0000-\U000e007f\U000e0100-\U000e01ef]*"
+)
+_LOOKALIKES = {
+    "<": "<\uff1c\ufe64",
+    "/": "/\uff0f\u2215\u2044",
+    "m": "m\uff4d\u043c",
+    "e": "e\uff45\u0435",
+    "o": "o\uff4f\u043e\u03bf",
+    "r": "r\uff52",
+    "y": "y\uff59\u0443",
+    ">": ">\uff1e\ufe65",
+}
+
+
+def _like(chars: str) -> str:
+    return _HIDDEN.join(f"[{_LOOKALIKES[c]}]" for c in chars)
+
+
+_TAG = re.compile(
+    f"{_like('<')}{_HIDDEN}({_like('/')})?{_HIDDEN}{_like('memory')}{_HIDDEN}{_like('>')}",
+    re.IGNORECASE,
+)
 
 
 def defuse(text: str) -> str:
     """Return data text that cannot open or close the memory section."""
-    return _TAG.sub(lambda m: f"‹{m.group(1)}memory›", text)
+    return _TAG.sub(lambda m: f"‹{'/' if m.group(1) else ''}memory›", text)
 
 
 def needs_objectivity(text: str, mode: str) -> bool:
