@@ -1,7 +1,8 @@
 """Deleting memory, and erasing everything of an owner: the one door every delete takes.
 
 How to call it (`what` is one of src/storage/erasure_repo.py's `FactKey(key)`,
-`CompactId(compact_id)`, `AllMemory()`):
+`CompactId(compact_id)`, `AllMemory()`, `MemberFacts(member)`, `Context(topic)` for
+/forget):
 
     # A command or a button, outside a turn: takes the owner's turn lock itself.
     deleted = await service.eraser.delete(owner_id, FactKey("city"))        # -> Deleted

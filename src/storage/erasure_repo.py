@@ -1,4 +1,4 @@
-"""Delete an owner's memory (a fact, a compact, all of it), or everything of an owner.
+"""Delete an owner's memory (a fact, a compact, all of it, a context), or everything of an owner.
 
 Each runs in one transaction that first moves the owner to a new memory epoch
 (src/storage/epochs.py), so memory work that started before it stores nothing after it,
@@ -32,7 +32,9 @@ from src.storage.checkpoint_redaction import (
     owner_threads,
     redact_owner,
 )
+from src.storage.conversation_repo import ConversationRepository
 from src.storage.epochs import MemoryEpoch, bump_epoch
+from src.storage.users_repo import UsersRepository
 
 # Conversations first, then the owner's row (see epochs.py): the order a stored message
 # and a summary fold lock them in.
@@ -162,12 +164,21 @@ class CompactId:
 
 
 @dataclass(frozen=True)
+class Context:
+    """/forget: the context of the owner's current conversation in `topic` (its running
+    summary; what it holds so far is never summarized or fact-extracted; its window
+    starts empty), and reminders off. The messages stay stored."""
+
+    topic: int = 0
+
+
+@dataclass(frozen=True)
 class AllMemory:
     """Every fact (with its history) and compact of the owner, and the texts kept for
     facts (/memory clear); what was said before makes no facts or compacts later."""
 
 
-Memory = FactKey | CompactId | AllMemory | MemberFacts
+Memory = FactKey | CompactId | AllMemory | MemberFacts | Context
 
 
 @dataclass
@@ -228,6 +239,8 @@ class ErasureRepository(Repository):
         """Delete `what` of the owner, move them to a new memory epoch and redact it from
         their checkpoints, in one transaction."""
         async with self._conn(conn) as c, c.transaction():
+            if isinstance(what, Context):
+                return await self._forget(c, owner, what)
             if isinstance(what, AllMemory):
                 await c.execute(LOCK_CONVERSATIONS, (owner,))
                 await c.execute(END_SESSIONS, (owner,))
@@ -254,6 +267,25 @@ class ErasureRepository(Repository):
             done.needles = fact_needles(facts) + compact_needles(compacts)
             done.redacted = await redact_owner(c, owner, done.needles)
             return done
+
+    async def _forget(self, c: Conn, owner: int, what: Context) -> Deleted:
+        """/forget (in the caller's transaction): the memory work under way reads no
+        further into what it forgets (a new epoch), in the order the locks are taken
+        everywhere: the conversations, the owner's row, the messages."""
+        conversations = ConversationRepository(self.pool)
+        conversation_id = await conversations.get_or_create_conversation(
+            owner, conn=c, topic=what.topic
+        )
+        await c.execute(LOCK_CONVERSATIONS, (owner,))
+        done = Deleted(epoch=await bump_epoch(c, owner))
+        users = UsersRepository(self.pool)
+        if what.topic:  # the topic's window only (forget_summary)
+            await users.set_reminders(owner, False, conn=c)
+        else:
+            await users.forget(owner, conn=c)
+        await conversations.forget_summary(conversation_id, conn=c)
+        await conversations.skip_facts(conversation_id, conn=c)
+        return done
 
     async def redact(self, owner: int, needles: Needles, conn: Conn | None = None) -> int:
         """Redact `needles` from the owner's checkpoints again (those written since)."""
