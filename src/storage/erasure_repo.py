@@ -1,4 +1,4 @@
-"""Delete an owner's memory (a fact, a compact, all of it, a context), or everything of an owner.
+"""Delete an owner's memory (a fact, a compact, all of it, /forget's context), or all of an owner.
 
 Each runs in one transaction that first moves the owner to a new memory epoch
 (src/storage/epochs.py), so memory work that started before it stores nothing after it,
@@ -13,7 +13,10 @@ rows stay, without what was said: `llm_calls` keeps the owner's usage as daily t
 id only for the current budget period so that erasing never resets a budget; the chat's
 update ids stay, bare, in `inbox_erased` until they are pruned, so that an update Telegram
 sends again is still refused; `turn_leases` keeps the lease the erase itself holds
-(released right after it).
+(released right after it). A person's `erase` is also their member's clear (`MemberFacts`)
+in every group of MEMBER_GROUPS, in the same transaction: each group's epoch moves, their
+facts go from its rows and checkpoints, their lines from its kept texts, and their
+messages there not extracted yet make no facts.
 """
 
 from __future__ import annotations
@@ -72,9 +75,23 @@ DELETE_FACTS = "DELETE FROM facts WHERE telegram_user_id = %s RETURNING key, val
 PENDING_TEXTS = "SELECT id, text FROM pending_facts WHERE telegram_user_id = %s FOR UPDATE"
 SET_PENDING_TEXT = "UPDATE pending_facts SET text = %s WHERE id = %s"
 DELETE_PENDING_TEXT = "DELETE FROM pending_facts WHERE id = %s"
-# A person's /erase: their own facts in every group too (facts about them, kept there
-# as a member's); the groups' conversations and own facts stay the groups'.
-DELETE_FACTS_AS_MEMBER = "DELETE FROM facts WHERE member_id = %s AND telegram_user_id <> %s"
+# A person's /erase reaches every group where memory about them is kept or may yet be
+# made: their facts as a member's, their messages not extracted yet (their author, as
+# SKIP_MEMBER_PENDING_FACTS reads it), their lines in texts kept for facts. There it is
+# their /memory clear as a member (MemberFacts); the groups' conversations and own facts
+# stay the groups'.
+MEMBER_GROUPS = """
+SELECT telegram_user_id FROM facts
+WHERE member_id = %(person)s AND telegram_user_id <> %(person)s
+UNION
+SELECT c.telegram_user_id FROM messages m JOIN conversations c ON c.id = m.conversation_id
+WHERE m.squashed_at IS NULL AND NOT m.facts_extracted AND c.telegram_user_id <> %(person)s
+  AND (m.meta ->> 'author')::bigint = %(person)s
+UNION
+SELECT telegram_user_id FROM pending_facts
+WHERE telegram_user_id <> %(person)s AND strpos(text, %(line)s) > 0
+ORDER BY 1
+"""
 # ... and the groups' tasks keep running, no longer charged to them.
 FORGET_REQUESTER = "UPDATE scheduled_tasks SET requested_by = NULL WHERE requested_by = %s"
 DELETE_COMPACT = """
@@ -187,6 +204,8 @@ class Deleted:
 
     facts: int = 0
     """Current facts deleted (their history went with them)."""
+    rows: int = 0
+    """Fact rows deleted, their history's included."""
     compacts: int = 0
     epoch: MemoryEpoch | None = None
     """The owner's memory epoch after the delete."""
@@ -263,7 +282,7 @@ class ErasureRepository(Repository):
                 await c.execute(DELETE_PENDING_FACTS, (owner,))
                 facts = list(await (await c.execute(DELETE_FACTS, (owner,))).fetchall())
                 compacts = list(await (await c.execute(DELETE_COMPACTS, (owner,))).fetchall())
-            done.facts, done.compacts = _current(facts), len(compacts)
+            done.facts, done.rows, done.compacts = _current(facts), len(facts), len(compacts)
             done.needles = fact_needles(facts) + compact_needles(compacts)
             done.redacted = await redact_owner(c, owner, done.needles)
             return done
@@ -319,14 +338,23 @@ class ErasureRepository(Repository):
                 cur = await c.execute(query, (owner,))
                 erased.rows[table] = erased.rows.get(table, 0) + cur.rowcount
             if owner > 0:  # a person (groups have negative ids)
-                cur = await c.execute(DELETE_FACTS_AS_MEMBER, (owner, owner))
-                erased.rows["facts"] = erased.rows.get("facts", 0) + cur.rowcount
+                for group in await self.member_groups(owner, c):
+                    done = await self.delete(group, MemberFacts(owner), c)
+                    erased.rows["facts"] = erased.rows.get("facts", 0) + done.rows
                 await c.execute(FORGET_REQUESTER, (owner,))
             erased.rows["inbox"] = (await c.execute(DELETE_INBOX, (owner, current_update))).rowcount
             erased.rows["outbox"] = (await c.execute(DELETE_OUTBOX, (owner,))).rowcount
             totals = {"owner": owner, "kept_since": kept_since, "zone": zone}
             await c.execute(COLLAPSE_CALLS, totals)
         return erased
+
+    async def member_groups(self, person: int, conn: Conn | None = None) -> list[int]:
+        """Return the groups where memory about `person` as a member is kept or may yet
+        be made (see MEMBER_GROUPS), in id order."""
+        params = {"person": person, "line": f"member {person}]: "}
+        async with self._conn(conn) as c:
+            cur = await c.execute(MEMBER_GROUPS, params)
+            return [row["telegram_user_id"] for row in await cur.fetchall()]
 
     async def _owner_tables(self, conn: Conn) -> list[tuple[str, str]]:
         """Return (table, owner column) of every table erased by owner, the tables that
