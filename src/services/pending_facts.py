@@ -146,10 +146,8 @@ class PendingFacts:
         async with deps.conversations.pool.connection() as conn, conn.transaction():
             if not await still_holds(conn, epoch):
                 return 0  # memory deleted meanwhile (a delete of memory came since)
-            if not await self.repo.delete(owner, row["id"], conn, read=row["text"]):
-                # Deleted or cut meanwhile (/memory clear, a member's clear or /erase):
-                # what it read is not wanted; what is left is tried again.
-                return 0
+            if not await self.repo.delete(owner, row["id"], conn):
+                return 0  # deleted meanwhile (/memory clear): its facts are not wanted
             newer = {
                 (member, key)
                 for member in by_member(facts)

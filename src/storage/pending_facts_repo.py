@@ -35,9 +35,6 @@ UPDATE pending_facts SET next_attempt_at = %s
 WHERE telegram_user_id = %s AND next_attempt_at <= %s
 """
 DELETE_PENDING = "DELETE FROM pending_facts WHERE id = %s AND telegram_user_id = %s"
-# A try's write: the text goes only if it is still the one the try read (a member's
-# /memory clear or /erase takes their lines out of it meanwhile).
-DELETE_PENDING_READ = DELETE_PENDING + " AND text = %s"
 SELECT_OWNER_PENDING = """
 SELECT * FROM pending_facts WHERE telegram_user_id = %s ORDER BY created_at, id
 """
@@ -90,20 +87,11 @@ class PendingFactsRepository(Repository):
             await c.execute(POSTPONE, (until, telegram_user_id, now))
 
     async def delete(
-        self,
-        telegram_user_id: int,
-        pending_id: int,
-        conn: Conn | None = None,
-        read: str | None = None,
+        self, telegram_user_id: int, pending_id: int, conn: Conn | None = None
     ) -> bool:
-        """Delete one kept text (`read`: only if it is still that text); return whether
-        it was deleted."""
+        """Delete one kept text; return whether it was still there."""
         async with self._conn(conn) as c:
-            if read is None:
-                cur = await c.execute(DELETE_PENDING, (pending_id, telegram_user_id))
-            else:
-                cur = await c.execute(DELETE_PENDING_READ, (pending_id, telegram_user_id, read))
-            return cur.rowcount > 0
+            return (await c.execute(DELETE_PENDING, (pending_id, telegram_user_id))).rowcount > 0
 
     async def of_owner(
         self, telegram_user_id: int, conn: Conn | None = None
