@@ -131,6 +131,14 @@ SELECT id, number, role, content, created_at, meta, summarized, facts_extracted 
 WHERE conversation_id = %s AND squashed_at IS NULL AND NOT facts_extracted
 ORDER BY created_at, id LIMIT %s
 """
+# A fact writer's guard: which of the rows it read still wait for extraction, locked
+# until its transaction ends (a /forget or another extraction marking them waits, or
+# came first and the writer stores nothing from them).
+LOCK_FACTS_PENDING = """
+SELECT id, number, role, content, created_at, meta, summarized, facts_extracted FROM messages
+WHERE conversation_id = %s AND id = ANY(%s) AND NOT facts_extracted
+ORDER BY created_at, id FOR UPDATE
+"""
 # The conversation and how many user messages wait for fact extraction (at most `cap`).
 SELECT_CONVERSATION_WITH_PENDING = """
 SELECT c.*, (
@@ -397,6 +405,14 @@ class ConversationRepository(Repository):
         async with self._conn(conn) as c:
             cur = await c.execute(SELECT_FACTS_PENDING, (conversation_id, limit))
             return list(await cur.fetchall())
+
+    async def lock_facts_pending(
+        self, conversation_id: uuid.UUID, message_ids: list[int], conn: Conn
+    ) -> list[dict[str, Any]]:
+        """Return those of the messages that still wait for fact extraction, in thread
+        order, locked until `conn`'s transaction ends (call it inside one)."""
+        cur = await conn.execute(LOCK_FACTS_PENDING, (conversation_id, list(message_ids)))
+        return list(await cur.fetchall())
 
     async def conversation_for_turn(
         self, conversation_id: uuid.UUID, facts_every: int, conn: Conn | None = None
