@@ -30,7 +30,7 @@ from src.graph.context.budget import Layers, split_text, truncate_start
 from src.graph.context.render import row_tokens, transcript_line
 from src.graph.deps import GraphDeps
 from src.graph.memory.epoch import started
-from src.graph.memory.errors import is_refusal
+from src.graph.memory.errors import answer_of, is_refusal
 from src.graph.memory.window import LAG_FACTOR, WindowRule, due, window_count, window_size
 from src.graph.model_calls import call_config
 from src.graph.output_caps import summary_tokens, was_cut, with_output_cap
@@ -135,7 +135,7 @@ async def _ask_summary(
     """Ask the summary model; return its text and whether it was cut at the cap."""
     model = with_output_cap(deps.summary_model, cap)
     messages = [SystemMessage(prompts.SUMMARIZER_SYSTEM), HumanMessage(prompt)]
-    answer = await model.ainvoke(messages, call_config("summary", owner))
+    answer = await answer_of(model, messages, call_config("summary", owner))
     return answer.text.strip(), was_cut(answer)
 
 
