@@ -7,16 +7,18 @@ on every chat request."""
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Any
 
 import pytest
 
 from src.graph import prompts
+from src.graph.memory.summarizer import summarize_due, summary_limits
 from src.services.agent_service import Identity
-from tests.fakes.memory_model import MEMORY_MODEL, section
+from tests.fakes.memory_model import MEMORY_MODEL, memory_reply, section
 from tests.fakes.openai_server import message_text
 from tests.integration.test_memory_every_request import chat_requests, missing_at_each_request
-from tests.memory_ledger import REFUSED, REFUSED_PLACEHOLDER, Ledger, summary_of
+from tests.memory_ledger import REFUSED, REFUSED_PLACEHOLDER, TOKEN, Ledger, summary_of
 
 OWNERS = itertools.count(7_600_000)
 
@@ -109,3 +111,120 @@ async def test_a_filtered_compact_is_the_sessions_own_text(runtime_factory: Any,
     (compact,) = await rt.deps.memory.list_compacts(who.owner_id)
     assert "u1 planning the garden fence" in compact["summary"], compact
     assert "u2 roses by the gate" in compact["summary"], compact
+
+
+# Words of at least six letters: two tokens each for the approximate counter.
+FILLER = "Overall pleasant friendly thorough exchange between helpful people".split()
+OVERSHOOT = 60
+
+
+def overshooting(request: dict[str, Any]) -> str:
+    """A summary model that keeps every message's mark, then writes filler words up to
+    OVERSHOOT words more than it was asked for (facts and compacts: `memory_reply`)."""
+    if message_text(request["messages"][0]) != prompts.SUMMARIZER_SYSTEM:
+        return memory_reply(request)
+    prompt = message_text(request["messages"][-1])
+    words = int(re.search(r"at most about (\d+) words", prompt).group(1))  # type: ignore[union-attr]
+    if "Current summary" in prompt:
+        known = section(prompt, "Current summary (empty at first):\n", "\n\nRules:")
+    else:  # asked to shorten a summary
+        known = section(prompt, "Summary:\n", "\n\nAnswer with")
+    marks = list(dict.fromkeys(m for m in TOKEN.findall(known) if m.startswith("u")))
+    filler = itertools.islice(itertools.cycle(FILLER), max(0, words + OVERSHOOT - len(marks)))
+    return f"Marks: {' '.join(marks)}. {' '.join(filler)}."
+
+
+def unaccounted(llm: Any) -> list[tuple[int, list[str]]]:
+    """Return, per chat request that lacks some, the user messages sent before or with it
+    whose mark is neither in its messages nor written in the summary it carries."""
+    out: list[tuple[int, list[str]]] = []
+    sent: list[str] = []
+    for i, request in enumerate(chat_requests(llm)):
+        sent += [t for t in TOKEN.findall(message_text(request["messages"][-1])) if t not in sent]
+        shown = {t for m in request["messages"] for t in TOKEN.findall(message_text(m))}
+        if missing := [u for u in sent if u not in shown]:
+            out.append((i, missing))
+    return out
+
+
+async def test_a_summary_over_its_budget_is_never_cut(runtime_factory: Any, llm: Any) -> None:
+    """Before: a summary still over its budget after "shorter" was cut from its start,
+    which cut away the batch just folded (and marked): with a model that overshoots by 60
+    words every fold lost its batch. Now it is asked again (or the batch split), never cut:
+    at every request each message is in the prompt or its mark in the summary."""
+    llm.default_for(MEMORY_MODEL, overshooting)
+    llm.default_reply = "ok"
+    rt = await runtime_factory(
+        # A summary budget of about 160 tokens: 60 words more than asked never fit at
+        # first, nor asked once for half the words; asked again for half of that, they do.
+        max_context=6,
+        summary_trigger=2,
+        default_context_limit=8000,
+        budget_summary=0.035,
+    )
+    who = Identity(next(OWNERS), "p", "P", "en")
+    for i in range(1, 25):
+        assert (await rt.service.handle_message(who, f"u{i} note")).ok
+        await rt.service.drain()
+    assert unaccounted(llm) == []
+    conv = await rt.deps.conversations.get_or_create_conversation(who.owner_id)
+    stored = (await rt.deps.conversations.get_conversation(conv))["summary"]
+    rows = await rt.deps.conversations.load_last_messages(conv, 100)
+    folded = [r["content"].split()[-2] for r in rows if r["summarized"] and r["role"] == "user"]
+    assert len(folded) >= 12 and all(u in TOKEN.findall(stored) for u in folded), stored
+    # The case this is about: a fold's summary still too long after the first "shorter".
+    shorter = [
+        int(re.search(r"at most about (\d+) words", message_text(r["messages"][-1])).group(1))  # type: ignore[union-attr]
+        for r in llm.requests_for(MEMORY_MODEL)
+        if message_text(r["messages"][-1]).startswith("This summary of a conversation is too long")
+    ]
+    assert len(set(shorter)) >= 2, shorter
+
+
+def wordy(request: dict[str, Any]) -> str:
+    """A summary model that keeps every message's mark and writes 40 words about each new
+    message, however short it is asked to be."""
+    prompt = message_text(request["messages"][-1])
+    if "Current summary" not in prompt:  # asked to shorten: the same summary again
+        return section(prompt, "Summary:\n", "\n\nAnswer with").strip()
+    old = section(prompt, "Current summary (empty at first):\n", "\n\nNew messages:").strip()
+    new = TOKEN.findall(section(prompt, "New messages:\n", "\n\nRules:"))
+    about = [f"{u} {' '.join(itertools.islice(itertools.cycle(FILLER), 40))}." for u in new]
+    return " ".join(([] if old == "(empty)" else [old]) + about)
+
+
+async def test_a_batch_whose_summary_does_not_fit_is_folded_in_halves(
+    runtime_factory: Any, llm: Any
+) -> None:
+    """Before: a fold of four messages whose summary stayed too long was cut from its start
+    and all four marked folded. Now the batch is folded in halves, each summary whole; a
+    single message whose summary does not fit stays unfolded, the summary as it was."""
+    llm.default_for(MEMORY_MODEL, wordy)
+    owner = next(OWNERS)
+    rt = await runtime_factory(max_context=2, summary_trigger=1, default_context_limit=3000)
+    budget = summary_limits(rt.deps.settings).summary
+    one = rt.deps.counter.count(wordy_summary(["u1"]))
+    assert 3 * one + 2 <= budget < 4 * one  # three messages' summaries fit, four do not
+    conv = await rt.deps.conversations.get_or_create_conversation(owner)
+    for i in range(1, 7):
+        await rt.deps.conversations.append_message(conv, "user", f"u{i}")
+    with pytest.raises(ValueError, match="over its budget"):  # SummaryTooLong
+        await summarize_due(rt.deps, owner, conv)
+    stored = (await rt.deps.conversations.get_conversation(conv))["summary"]
+    assert TOKEN.findall(stored) == ["u1", "u2", "u3"], stored
+    assert rt.deps.counter.count(stored) <= budget
+    rows = await rt.deps.conversations.load_last_messages(conv, 10)
+    assert [r["content"] for r in rows if not r["summarized"]] == ["u4", "u5", "u6"]
+    folds = [
+        r
+        for r in llm.requests_for(MEMORY_MODEL)
+        if "New messages:" in message_text(r["messages"][-1])
+    ]
+    assert len(folds) <= 12, len(folds)  # halving, not one call per subset
+
+
+def wordy_summary(marks: list[str]) -> str:
+    """Return what `wordy` writes about new messages with these marks."""
+    lines = "\n".join(f"[user]: {u}" for u in marks)
+    prompt = f"Current summary (empty at first):\n(empty)\n\nNew messages:\n{lines}\n\nRules:"
+    return wordy({"messages": [{"role": "user", "content": prompt}]})
