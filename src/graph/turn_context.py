@@ -231,10 +231,11 @@ class TurnContext:
                 log_failure(logger, what, exc)
                 if isinstance(exc, TimeoutError) or attempt == SYNC_FOLD_TRIES:
                     if not isinstance(exc, TimeoutError):
-                        deps.backoff.failed(key)
+                        deps.memory_failed(key, exc)
                     return False
                 await asyncio.sleep(min(0.25 * attempt, max(0.0, deadline - loop.time())))
                 continue
             break
         deps.backoff.succeeded(key)
+        deps.endpoint_answered(deps.summary_model)
         return True

@@ -16,7 +16,7 @@ from src.graph import prompts
 from src.graph.memory.summarizer import summarize_due, summary_limits
 from src.services.agent_service import Identity
 from tests.fakes.memory_model import MEMORY_MODEL, memory_reply, section
-from tests.fakes.openai_server import message_text
+from tests.fakes.openai_server import Fault, message_text
 from tests.integration.test_memory_every_request import chat_requests, missing_at_each_request
 from tests.memory_ledger import REFUSED, REFUSED_PLACEHOLDER, TOKEN, Ledger, summary_of
 
@@ -228,3 +228,44 @@ def wordy_summary(marks: list[str]) -> str:
     lines = "\n".join(f"[user]: {u}" for u in marks)
     prompt = f"Current summary (empty at first):\n(empty)\n\nNew messages:\n{lines}\n\nRules:"
     return wordy({"messages": [{"role": "user", "content": prompt}]})
+
+
+async def test_the_backlog_folds_within_a_few_turns_of_the_model_coming_back(
+    runtime_factory: Any, llm: Any
+) -> None:
+    """Before: after a summary-model outage the back-off (doubling up to 64 times
+    MEMORY_RETRY_SECONDS) went on after the model was back: with MAX_CONTEXT=6, a summary
+    model failing until its back-off had doubled five times (a user writing every 30 s),
+    then healthy, the request three turns later still carried the backlog (24 history
+    messages in the report). Now a success of the same endpoint (the chat model's reply on
+    the same base URL, or a memory call) ends the back-off."""
+    ledger = Ledger()
+    turn = {"n": 0, "failures": 0, "back": 0}
+
+    def model(request: dict[str, Any]) -> Any:
+        if message_text(request["messages"][0]) == prompts.SUMMARIZER_SYSTEM and not turn["back"]:
+            turn["failures"] += 1
+            if turn["failures"] == 6:  # healthy from the next turn on
+                turn["back"] = turn["n"] + 1
+            return Fault(500)
+        return ledger.reply(request)
+
+    llm.default_for(MEMORY_MODEL, model)
+    llm.default_reply = "ok"
+    rt = await runtime_factory(max_context=6, summary_trigger=2, memory_retry_seconds=5)
+    now = {"t": 0.0}
+    rt.deps.backoff.clock = lambda: now["t"]
+    who = Identity(next(OWNERS), "p", "P", "en")
+    for i in range(1, 60):
+        turn["n"] = i
+        assert (await rt.service.handle_message(who, f"u{i}")).ok
+        await rt.service.drain()
+        now["t"] += 30.0
+        if turn["back"] and i >= turn["back"] + 3:
+            break
+    requests = chat_requests(llm)
+    assert turn["back"] and len(requests) == turn["back"] + 3
+    history = [len(r["messages"]) - 2 for r in requests]  # system, current
+    assert max(history[:-4]) > 6  # the backlog the outage left
+    assert history[-1] <= 6, history  # three turns after the model came back
+    assert missing_at_each_request(llm, ledger) == []

@@ -15,9 +15,10 @@ from langchain_core.messages import AIMessage
 from langchain_openai import ChatOpenAI
 
 from src.cli.logging_setup import OneLineFormatter, RedactSecrets, one_line_logs
-from src.graph.memory.errors import is_refusal, raise_on_refusal
+from src.graph.memory.errors import is_outage, is_refusal, raise_on_refusal
 from src.graph.memory.facts import read_facts
 from src.graph.memory.facts_salvage import complete_items
+from src.graph.memory.folds import Backoff
 from src.graph.memory.structured import endpoint_of, refuses_format
 from tests.fakes.openai_server import unknown_format
 
@@ -138,3 +139,23 @@ def test_answers_and_errors_that_are_no_refusal() -> None:
     assert is_refusal(status_error(400, {"error": {"message": "flagged"}}))
     assert not is_refusal(status_error(500, {"error": {"message": "down"}}))
     assert not is_refusal(status_error(429, {"error": {"message": "slow down"}}))
+
+
+def test_an_endpoint_that_answers_again_ends_the_wait_of_its_outage_only() -> None:
+    now = [0.0]
+    backoff = Backoff(base=5.0, clock=lambda: now[0])
+    for _ in range(7):
+        backoff.failed("down", "http://a/v1")
+    backoff.failed("elsewhere", "http://b/v1")
+    backoff.failed("too long")  # not the endpoint's fault
+    now[0] = 3.0
+    assert backoff.waiting("down") and backoff.waiting("too long")
+    backoff.endpoint_up("http://a/v1")
+    assert not backoff.waiting("down")
+    assert backoff.waiting("elsewhere") and backoff.waiting("too long")
+    assert is_outage(status_error(503, {"error": {"message": "down"}}))
+    assert is_outage(status_error(429, {"error": {"message": "slow down"}}))
+    assert is_outage(openai.APITimeoutError(httpx.Request("POST", "http://a/v1")))
+    assert not is_outage(status_error(400, {"error": {"message": "flagged"}}))
+    assert not is_outage(status_error(401, {"error": {"message": "bad key"}}))
+    assert not is_outage(ValueError("the summary stayed over its budget"))

@@ -44,6 +44,15 @@ def is_refusal(exc: BaseException) -> bool:
     return status_of(exc) in REFUSING_STATUSES
 
 
+def is_outage(exc: BaseException) -> bool:
+    """Tell whether a model error says the endpoint is down or overloaded rather than
+    anything about the input or the key: a lost connection, a timeout, a 5xx or a 429."""
+    if isinstance(exc, openai.APIConnectionError | TimeoutError):
+        return True
+    status = status_of(exc)
+    return status is not None and (status >= 500 or status == 429)
+
+
 def raise_on_refusal(answer: BaseMessage) -> BaseMessage:
     """Return a model's answer; raise ModelRefusalError when it is a refusal: stopped by a
     content filter (its content empty or partial) or holding the model's refusal."""
