@@ -258,15 +258,22 @@ class Nodes:
         state: ConversationState,
         config: RunnableConfig,
     ) -> Any:
-        """Call the chat model `name` (with the tools unless capped), streaming if live."""
-        model: Any = self.deps.chat_model_named(name)
+        """Call the chat model `name` (with the tools unless capped), streaming if live.
+
+        Its answer says its endpoint is up: memory work waiting out an outage of the same
+        base URL is due now (src/graph/memory/folds.py)."""
+        chat = self.deps.chat_model_named(name)
+        model: Any = chat
         if not capped and self.tools:
             if name not in self._with_tools:
                 self._with_tools[name] = model.bind_tools(self.tools)
             model = self._with_tools[name]
         if is_live(config):
-            return await self._stream(model, messages, state)
-        return await model.ainvoke(messages)
+            answer = await self._stream(model, messages, state)
+        else:
+            answer = await model.ainvoke(messages)
+        self.deps.endpoint_answered(chat)
+        return answer
 
     async def _stream(
         self, model: Any, messages: Sequence[BaseMessage], state: ConversationState

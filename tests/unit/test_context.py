@@ -267,9 +267,9 @@ def test_summary_cut_to_its_layer_on_a_sentence() -> None:
     s = settings(default_context_limit=4000, llm_max_output_tokens=1000)
     layers = Layers.for_model(s, s.llm_model)
     text = system_sections(state(summary=summary), layers, COUNTER, s)["summary"]
-    assert text.startswith(prompts.SUMMARY_HEADER)
+    assert text.startswith(f"{prompts.SUMMARY_HEADER}\n{prompts.SUMMARY_CUT_LINE}\nПункт ")
     assert COUNTER.count(text) <= layers.summary
-    assert text.endswith(".")
+    assert text.endswith("задачу 1999.")  # its newest part
 
 
 def test_after_forget_only_the_system_prompt_and_the_message() -> None:

@@ -168,15 +168,20 @@ def compacts_section(
     return text if lines else ""
 
 
-def summary_section(summary: str, budget: int, counter: TokenCounter, newest: bool = False) -> str:
-    """Return the running summary under its header, cut on a sentence to `budget` (with
-    `newest`, its newest part is kept: what was folded last)."""
+def summary_section(summary: str, budget: int, counter: TokenCounter) -> str:
+    """Return the running summary under its header within `budget`.
+
+    Cut, it keeps its newest part (from a sentence): what was folded last, which has
+    just left the window, and a line under the header says the oldest part is left out.
+    """
     summary = defuse((summary or "").strip())
     if not summary:
         return ""
     header = prompts.SUMMARY_HEADER
-    cut = truncate_start if newest else truncate_text
-    text = cut(summary, budget - counter.count(header) - 2, counter)
+    if counter.count(summary) <= budget - counter.count(header) - 2:
+        return header + "\n" + summary
+    header += "\n" + prompts.SUMMARY_CUT_LINE
+    text = truncate_start(summary, budget - counter.count(header) - 2, counter)
     return header + "\n" + text if text else ""
 
 
@@ -186,10 +191,11 @@ def system_sections(
     """Return the prompt's memory parts, each within its layer's budget.
 
     `summary` shares BUDGET_SUMMARY with `previous`: previous conversations get at most
-    a third of it, the running summary the rest. Every compact in the state belongs to a
-    session that has ended, this conversation's earlier sessions included. `soft` (the
-    user's preferences and hypotheses, or the note that an objective request leaves them
-    out) is sent after the current message, not in the system prompt.
+    a third of it, the running summary the rest (cut, its newest part: `summary_section`).
+    Every compact in the state belongs to a session that has ended, this conversation's
+    earlier sessions included. `soft` (the user's preferences and hypotheses, or the note
+    that an objective request leaves them out) is sent after the current message, not in
+    the system prompt.
     """
     objective = needs_objectivity(state.get("input_text", ""), settings.facts_objective_mode)
     compacts = list(state.get("compacts") or [])[: settings.compacts_in_prompt]
