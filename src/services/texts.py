@@ -44,6 +44,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "unknown_command": "Не знаю такой команды. /help — список команд.",
         "model_error": "Не получилось получить ответ от модели. Ваше сообщение сохранено — "
         "попробуйте ещё раз чуть позже.",
+        "model_answered_nothing": "Модель ответила пустым сообщением. Ваше сообщение сохранено — "
+        "попробуйте переформулировать.",
         "store_error": "Не удалось сохранить сообщение — база данных недоступна. "
         "Пожалуйста, отправьте его ещё раз через минуту.",
         "internal_error": "Что-то пошло не так. Попробуйте ещё раз.",
@@ -242,6 +244,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "unknown_command": "I don't know that command. /help lists commands.",
         "model_error": "I couldn't get an answer from the model. Your message is saved — "
         "please try again a bit later.",
+        "model_answered_nothing": "The model answered with an empty message. Your message is "
+        "saved — try putting it another way.",
         "store_error": "I couldn't save your message — the database is unavailable. "
         "Please send it again in a minute.",
         "internal_error": "Something went wrong. Please try again.",
