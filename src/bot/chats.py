@@ -15,6 +15,9 @@ def is_private(message: Message) -> bool:
     return message.chat.type == ChatType.PRIVATE
 
 
+CHAT_TYPES = frozenset({ChatType.PRIVATE, ChatType.GROUP, ChatType.SUPERGROUP, ChatType.CHANNEL})
+
+
 def broken_invariant(update: Update) -> str | None:
     """Return how an update breaks Telegram's invariants, or None when it keeps them.
 
@@ -38,6 +41,8 @@ def broken_invariant(update: Update) -> str | None:
     if message is None:
         return None
     chat = message.chat
+    # Named in the log: only a type Telegram knows, never a string the update made up.
+    kind = chat.type if chat.type in CHAT_TYPES else "unknown"
     if sender is not None and sender.id <= 0:
         return "a sender whose id is not positive"
     if chat.type == ChatType.PRIVATE:
@@ -46,7 +51,7 @@ def broken_invariant(update: Update) -> str | None:
         if sender is None or sender.id != chat.id:
             return "a private chat that is not its sender's"
     elif chat.id >= 0:
-        return f"a {chat.type} chat whose id is not negative"
+        return f"a {kind} chat whose id is not negative"
     if not isinstance(message, Message):
         return None  # an inaccessible message under a button: its chat is all there is
     if message.sender_chat is not None and message.sender_chat.id >= 0:
@@ -55,9 +60,9 @@ def broken_invariant(update: Update) -> str | None:
     # supergroup (`migrate_from_chat_id`): both ids are groups'.
     moved_to, moved_from = message.migrate_to_chat_id, message.migrate_from_chat_id
     if moved_to is not None and (chat.type != ChatType.GROUP or moved_to >= 0):
-        return f"an upgrade to chat {moved_to} told in a {chat.type} chat"
+        return f"an upgrade to chat {moved_to} told in a {kind} chat"
     if moved_from is not None and (chat.type != ChatType.SUPERGROUP or moved_from >= 0):
-        return f"an upgrade from chat {moved_from} told in a {chat.type} chat"
+        return f"an upgrade from chat {moved_from} told in a {kind} chat"
     return None
 
 
