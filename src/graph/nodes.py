@@ -67,6 +67,10 @@ class ModelFailure(RuntimeError):
     """The chat model failed or answered with nothing usable."""
 
 
+class EmptyAnswer(ModelFailure):
+    """The chat model answered with neither text (whitespace at most) nor a tool call."""
+
+
 # Failures FALLBACK_MODEL answers after the model's own retries: server errors (5xx),
 # timeouts and lost connections; not a refused request (4xx), which another model of the
 # same endpoint would most likely refuse too.
@@ -217,7 +221,7 @@ class Nodes:
             text = reply_text(answer) or _cap_fallback(state.get("language"))
             answer = AIMessage(text, id=answer.id, usage_metadata=answer.usage_metadata)
         if not answer.tool_calls and not reply_text(answer):
-            raise ModelFailure("model returned an empty answer")
+            raise EmptyAnswer("model returned an empty answer")
         if answer.tool_calls:
             # Arguments come back JSON-decoded: escapes may have made NUL or lone
             # surrogates, which no request body (UTF-8) and no jsonb column can carry.
