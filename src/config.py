@@ -120,6 +120,8 @@ class Settings(BaseSettings):
     """Seconds: a repeating task runs at most this often."""
     time_label: str = ""
     """The time stamp's label for everybody; empty: the user's language's."""
+    default_language: Literal["ru", "en"] = "ru"
+    """The bot's language for users whose Telegram sends no language code."""
     max_input_chars: int = Field(16_000, ge=100)
     token_counter: Literal["auto", "tiktoken", "approx"] = "auto"
 

@@ -1,4 +1,4 @@
-"""Build the files users send (PDF, DOCX, images) in memory, without external tools.
+"""Build the files users send (PDF, DOCX, XLSX, PPTX, images) in memory, without external tools.
 
 `pdf_bytes` writes the PDF syntax by hand so a test controls exactly what is in the file.
 Its pages use Helvetica; characters outside ASCII get codes from 128 up through the font's
@@ -15,6 +15,9 @@ import zlib
 from pathlib import Path
 
 import docx
+import openpyxl
+import pptx
+import pptx.util
 from PIL import Image
 from pypdf import PdfReader, PdfWriter
 
@@ -108,6 +111,45 @@ def docx_bytes(paragraphs: list[str], table: list[list[str]] | None = None) -> b
                 cell.text = text
     out = io.BytesIO()
     document.save(out)
+    return out.getvalue()
+
+
+def xlsx_bytes(sheets: dict[str, list[list[object]]]) -> bytes:
+    """Return an XLSX with a sheet of rows (cell values) per name, in order."""
+    book = openpyxl.Workbook()
+    book.remove(book.active)  # type: ignore[arg-type]
+    for title, rows in sheets.items():
+        sheet = book.create_sheet(title)
+        for row in rows:
+            sheet.append(row)
+    out = io.BytesIO()
+    book.save(out)
+    return out.getvalue()
+
+
+def pptx_bytes(
+    slides: list[tuple[str, str]],
+    table: list[list[str]] | None = None,
+    notes: str | None = None,
+) -> bytes:
+    """Return a PPTX with a (title, body) slide each, then a slide with the table (rows of
+    cell texts) if given; `notes` are the first slide's speaker notes."""
+    deck = pptx.Presentation()
+    for title, body in slides:
+        slide = deck.slides.add_slide(deck.slide_layouts[1])  # title and content
+        slide.shapes.title.text = title
+        slide.placeholders[1].text = body
+    if notes is not None:
+        deck.slides[0].notes_slide.notes_text_frame.text = notes
+    if table:
+        slide = deck.slides.add_slide(deck.slide_layouts[6])  # blank
+        inch = pptx.util.Inches(1)
+        grid = slide.shapes.add_table(len(table), len(table[0]), inch, inch, 6 * inch, inch)
+        for row, cells in zip(grid.table.rows, table, strict=True):
+            for cell, text in zip(row.cells, cells, strict=True):
+                cell.text = text
+    out = io.BytesIO()
+    deck.save(out)
     return out.getvalue()
 
 

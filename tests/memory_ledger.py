@@ -31,7 +31,8 @@ def summary_of(request: dict[str, Any]) -> str:
     system = message_text(request["messages"][0])
     if prompts.SUMMARY_HEADER not in system:
         return ""
-    return system.split(prompts.SUMMARY_HEADER + "\n", 1)[1].split("\n" + prompts.MEMORY_CLOSE)[0]
+    text = system.split(prompts.SUMMARY_HEADER + "\n", 1)[1].split("\n" + prompts.MEMORY_CLOSE)[0]
+    return text.removeprefix(prompts.SUMMARY_CUT_LINE + "\n")  # cut: its newest part
 
 
 @dataclass

@@ -15,23 +15,55 @@ def is_private(message: Message) -> bool:
     return message.chat.type == ChatType.PRIVATE
 
 
-def is_forged(update: Update) -> bool:
-    """True for a private chat's update whose chat is not its sender's: Telegram never
-    sends one (a private chat's id is the user's), a forger acting as another user does."""
+CHAT_TYPES = frozenset({ChatType.PRIVATE, ChatType.GROUP, ChatType.SUPERGROUP, ChatType.CHANNEL})
+
+
+def broken_invariant(update: Update) -> str | None:
+    """Return how an update breaks Telegram's invariants, or None when it keeps them.
+
+    Telegram never sends such an update; a forger acting as another user does (with the
+    webhook's secret, or through a proxy): a private chat's id is its user's (positive, the
+    sender's own), a group's, supergroup's or channel's is negative, users' ids are
+    positive, and a group's upgrade names groups. The reason never quotes the message.
+    """
     query = update.callback_query
-    message = update.message or update.edited_message
     sender: User | None
     if query is not None:
-        chat, sender = query.message.chat if query.message else None, query.from_user
-    elif message is not None:
-        chat, sender = message.chat, message.from_user
+        message, sender = query.message, query.from_user
     else:
-        return False
-    return (
-        chat is not None
-        and chat.type == ChatType.PRIVATE
-        and (sender is None or sender.id != chat.id)
-    )
+        message = (
+            update.message
+            or update.edited_message
+            or update.channel_post
+            or update.edited_channel_post
+        )
+        sender = message.from_user if isinstance(message, Message) else None
+    if message is None:
+        return None
+    chat = message.chat
+    # Named in the log: only a type Telegram knows, never a string the update made up.
+    kind = chat.type if chat.type in CHAT_TYPES else "unknown"
+    if sender is not None and sender.id <= 0:
+        return "a sender whose id is not positive"
+    if chat.type == ChatType.PRIVATE:
+        if chat.id <= 0:
+            return "a private chat whose id is not positive"
+        if sender is None or sender.id != chat.id:
+            return "a private chat that is not its sender's"
+    elif chat.id >= 0:
+        return f"a {kind} chat whose id is not negative"
+    if not isinstance(message, Message):
+        return None  # an inaccessible message under a button: its chat is all there is
+    if message.sender_chat is not None and message.sender_chat.id >= 0:
+        return "a sender chat whose id is not negative"
+    # A basic group's upgrade is told in the group (`migrate_to_chat_id`) and in the new
+    # supergroup (`migrate_from_chat_id`): both ids are groups'.
+    moved_to, moved_from = message.migrate_to_chat_id, message.migrate_from_chat_id
+    if moved_to is not None and (chat.type != ChatType.GROUP or moved_to >= 0):
+        return f"an upgrade to chat {moved_to} told in a {kind} chat"
+    if moved_from is not None and (chat.type != ChatType.SUPERGROUP or moved_from >= 0):
+        return f"an upgrade from chat {moved_from} told in a {kind} chat"
+    return None
 
 
 def is_anonymous_admin(message: Message) -> bool:

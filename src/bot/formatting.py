@@ -225,10 +225,17 @@ def split_part(part: Part, limit: int = TELEGRAM_LIMIT) -> list[Part]:
     return parts
 
 
-def reply_parts(text: str, fmt: str) -> list[Part]:
-    """Return the messages a reply is sent as: Markdown rendered, or plain text as is."""
+def reply_parts(text: str, fmt: str, raw_if_empty: bool = True) -> list[Part]:
+    """Return the messages a reply is sent as: Markdown rendered, or plain text as is.
+
+    Markdown that renders to nothing (an empty code fence) is sent as written, unless
+    `raw_if_empty` is off (a live reply's text so far: its fence may be just opening);
+    [] only for a text of whitespace, which Telegram refuses.
+    """
     if fmt == "markdown":
-        return split_part(render_markdown(text))
+        parts = split_part(render_markdown(text))
+        if parts or not raw_if_empty:
+            return parts
     return [Part(chunk) for chunk in split_message(text)]
 
 

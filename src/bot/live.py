@@ -134,7 +134,7 @@ class LiveReply:
         A draft shows the part being written (a long answer continues in the next
         message); an edited message can only hold the first part.
         """
-        parts = reply_parts(self._text, self.fmt) if self._text else []
+        parts = reply_parts(self._text, self.fmt, raw_if_empty=False) if self._text else []
         index = (len(parts) - 1 if self.mode == "draft" else 0) if parts else 0
         body = parts[index] if parts else Part("")
         if self._tools:

@@ -35,6 +35,8 @@ logger = logging.getLogger(__name__)
 
 # What Telegram answers a send into a topic it does not have (a deleted one).
 THREAD_GONE = "message thread not found"
+# Why a reply with no text is rejected before it is sent: Telegram's own words for it.
+EMPTY_TEXT = "Bad Request: message text is empty"
 # deliver's status for a reply whose topic is gone (stored as `rejected`).
 TOPIC_GONE = "topic_gone"
 # Pauses between attempts after a 5xx or a timeout: about 15 minutes in all, then the
@@ -76,7 +78,10 @@ class Outbox:
             live_id = None  # the first part went out already
         chunks = reply_parts(reply.text, reply.fmt)
         if not chunks:
-            logger.warning("empty reply to update %s: nothing sent", reply.update_id)
+            # Telegram refuses an empty text: never marked sent, the user is told.
+            logger.warning("empty reply to update %s: rejected", reply.update_id)
+            await self.repo.close(reply.update_id, "rejected", EMPTY_TEXT, reply.kind)
+            return "rejected"
         for index in range(len(reply.sent_ids), len(chunks)):
             replacing = live_id if index == 0 else None
             if replacing is not None:

@@ -19,6 +19,7 @@ import hmac
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import Coroutine
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,7 +27,7 @@ from urllib.parse import urlsplit
 from telegram import CallbackQuery, Message, Update
 from telegram.error import Conflict, InvalidToken, NetworkError, RetryAfter, TelegramError, TimedOut
 
-from src.bot.chats import command_name, is_anonymous_admin, is_forged, topic_of
+from src.bot.chats import broken_invariant, command_name, is_anonymous_admin, topic_of
 from src.bot.commands import (
     MODEL_DATA,
     lang_of_message,
@@ -65,6 +66,8 @@ ALBUM_SECONDS = 60.0
 # Verdicts kept for updates not stored yet (a long outage under a webhook): the oldest
 # beyond this are forgotten, and decided again if Telegram sends them again.
 KEEP_VERDICTS = 10_000
+# The reason `Receiver.refused` counts an update under when it breaks Telegram's invariants.
+FORGED = "forged"
 
 
 def chat_id_of(update: Update) -> int | None:
@@ -98,6 +101,8 @@ class Receiver:
         """Albums admitted lately, (chat, sender, media_group_id) -> when."""
         self._decided: dict[int, bool] = {}
         """update_id -> whether it goes to the inbox, for updates not stored yet."""
+        self.refused: Counter[str] = Counter()
+        """Updates refused before the gate since start, by reason (`FORGED`)."""
 
     async def accept(self, raw: list[dict[str, Any]]) -> int:
         """Store the updates the gate admits; return how many were new. Raises when the
@@ -124,10 +129,12 @@ class Receiver:
     def _first_sight(self, update: Update) -> bool:
         """Decide an update's fate once: run the gate (charging the sender's rate limit),
         answer a refusal, run /stop or a button press; return whether to store it."""
-        if is_forged(update):
-            # Neither stored nor answered: it would run a turn on the sender's memory and
-            # send the answer to the chat's owner.
-            logger.warning("update %s refused: forged sender", update.update_id)
+        broken = broken_invariant(update)
+        if broken is not None:
+            # Neither stored nor answered: it would run a turn on another chat's memory
+            # (a private chat called a group, a group's upgrade onto a user's id...).
+            self.refused[FORGED] += 1
+            logger.warning("update %s refused: %s", update.update_id, broken)
             return False
         if update.callback_query is not None:
             self._later(self._pressed(update.callback_query))
@@ -241,6 +248,11 @@ class Receiver:
 
     async def close(self) -> None:
         """Wait for the answers to refused updates still being sent."""
+        if self.refused[FORGED]:
+            logger.warning(
+                "%d update(s) breaking Telegram's invariants refused since start",
+                self.refused[FORGED],
+            )
         if self._answers:
             await asyncio.gather(*self._answers, return_exceptions=True)
 

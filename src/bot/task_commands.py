@@ -48,11 +48,11 @@ async def cmd_tz(update: Update, context: Context) -> None:
     users = state.service.deps.users
     if not context.args:
         own = own_zone(await users.get(owner))
-        if own is None:
-            zone = state.settings.zone
-            await say(message, t("tz_default", lang, zone=zone.key, now=local_now(zone)))
-        else:
-            await say(message, t("tz_show", lang, zone=own.key, now=local_now(own)))
+        zone = own or state.settings.zone
+        key = "tz_show" if own is not None else "tz_default"
+        if not is_private(message):
+            key += "_group"  # the group's zone, not the member's
+        await say(message, t(key, lang, zone=zone.key, now=local_now(zone)))
         return
     wanted = " ".join(context.args)
     found = zone_named(wanted)

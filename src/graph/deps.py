@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
@@ -13,8 +13,9 @@ import numpy as np
 from langchain_core.language_models import BaseChatModel
 
 from src.config import Settings
+from src.graph.memory.errors import is_outage
 from src.graph.memory.folds import Backoff, Runs
-from src.graph.memory.structured import JsonAnswers
+from src.graph.memory.structured import JsonAnswers, endpoint_of
 from src.graph.tokens import ApproxCounter, TokenCounter
 from src.storage.conversation_repo import ConversationRepository
 from src.storage.delivery_repo import DeliveryRepository
@@ -92,6 +93,16 @@ class GraphDeps:
 
     def __post_init__(self) -> None:
         self.backoff.base = self.settings.memory_retry_seconds
+
+    def memory_failed(self, key: Hashable, exc: BaseException) -> float:
+        """Record a transient failure of memory work `key`; return the seconds until the
+        next try. An outage of the memory model's endpoint ends when it answers again."""
+        endpoint = endpoint_of(self.summary_model)[0] if is_outage(exc) else None
+        return self.backoff.failed(key, endpoint)
+
+    def endpoint_answered(self, model: BaseChatModel) -> None:
+        """Note that `model` answered: memory work waiting for its endpoint is due now."""
+        self.backoff.endpoint_up(endpoint_of(model)[0])
 
     def chat_model_named(self, name: str | None) -> BaseChatModel:
         """Return the chat model called `name` (LLM_MODEL's is `chat_model`)."""

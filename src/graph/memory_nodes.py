@@ -85,10 +85,12 @@ class MemoryNodes:
                 logger.info("%s of %s stopped: over the budget", what, key[1])
                 return 0  # nothing marked: a later turn does it, no back-off
             except Exception as exc:
-                delay = deps.backoff.failed(key)
+                delay = deps.memory_failed(key, exc)
                 log_failure(logger, f"{what} of {key[1]} (next try in {delay:.0f} s)", exc)
                 return 0
             deps.backoff.succeeded(key)
+            if done:  # the memory model answered
+                deps.endpoint_answered(deps.summary_model)
             return done
 
         return int(await asyncio.shield(deps.runs.start(key, logged)))

@@ -67,6 +67,10 @@ class ModelFailure(RuntimeError):
     """The chat model failed or answered with nothing usable."""
 
 
+class EmptyAnswer(ModelFailure):
+    """The chat model answered with neither text (whitespace at most) nor a tool call."""
+
+
 # Failures FALLBACK_MODEL answers after the model's own retries: server errors (5xx),
 # timeouts and lost connections; not a refused request (4xx), which another model of the
 # same endpoint would most likely refuse too.
@@ -217,7 +221,7 @@ class Nodes:
             text = reply_text(answer) or _cap_fallback(state.get("language"))
             answer = AIMessage(text, id=answer.id, usage_metadata=answer.usage_metadata)
         if not answer.tool_calls and not reply_text(answer):
-            raise ModelFailure("model returned an empty answer")
+            raise EmptyAnswer("model returned an empty answer")
         if answer.tool_calls:
             # Arguments come back JSON-decoded: escapes may have made NUL or lone
             # surrogates, which no request body (UTF-8) and no jsonb column can carry.
@@ -258,15 +262,22 @@ class Nodes:
         state: ConversationState,
         config: RunnableConfig,
     ) -> Any:
-        """Call the chat model `name` (with the tools unless capped), streaming if live."""
-        model: Any = self.deps.chat_model_named(name)
+        """Call the chat model `name` (with the tools unless capped), streaming if live.
+
+        Its answer says its endpoint is up: memory work waiting out an outage of the same
+        base URL is due now (src/graph/memory/folds.py)."""
+        chat = self.deps.chat_model_named(name)
+        model: Any = chat
         if not capped and self.tools:
             if name not in self._with_tools:
                 self._with_tools[name] = model.bind_tools(self.tools)
             model = self._with_tools[name]
         if is_live(config):
-            return await self._stream(model, messages, state)
-        return await model.ainvoke(messages)
+            answer = await self._stream(model, messages, state)
+        else:
+            answer = await model.ainvoke(messages)
+        self.deps.endpoint_answered(chat)
+        return answer
 
     async def _stream(
         self, model: Any, messages: Sequence[BaseMessage], state: ConversationState

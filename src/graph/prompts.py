@@ -33,6 +33,8 @@ FACTS_HEADER = "Known about the user:"
 MEMBER_FACT_LABEL = "[about the member writing now] "
 PREVIOUS_CONVERSATIONS_HEADER = "Previous conversations:"
 SUMMARY_HEADER = "Summary of the earlier part of this conversation:"
+# Under the header when the summary is cut to its room: its newest part is shown.
+SUMMARY_CUT_LINE = "(Only its newest part fits here: its oldest part is left out.)"
 
 SOFT_FACTS_HEADER = "The user's tastes and unconfirmed guesses:"
 FACTS_SOFT_NOTE = (

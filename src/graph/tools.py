@@ -19,10 +19,11 @@ from langgraph.prebuilt import InjectedState
 from src.graph.context.render import when_local
 from src.graph.context.sections import compact_line
 from src.graph.deps import GraphDeps
-from src.graph.memory.epoch import delete_in_turn
+from src.graph.memory.epoch import delete_in_turn, started
 from src.graph.memory.fact_keys import find_key, normalize_key
 from src.graph.memory.facts import OWN_WORDS_TYPES, own_words
 from src.graph.timestamps import strip_stamp, turn_zone
+from src.storage.epochs import still_holds
 from src.storage.erasure_repo import FactKey
 from src.storage.memory_repo import fact_value
 from src.storage.search_bm25 import StopWordsOnly
@@ -278,13 +279,19 @@ def make_fact_tools(deps: GraphDeps) -> list[BaseTool]:
             kind = "hypothesis"  # a document's or a forward's words are not the user's say
         source = state.get("conversation_id")
         fact = {"key": name, "value": value, "type": kind, "importance": TOOL_FACT_IMPORTANCE}
-        await deps.memory.upsert_facts(
-            owner,
-            [fact],
-            uuid.UUID(str(source)) if source else None,
-            keep=deps.settings.max_facts,
-            member=member,
-        )
+        async with deps.conversations.pool.connection() as conn, conn.transaction():
+            # A group's turn does not hold its members' locks: a member's /erase may
+            # have come since the turn began (src/graph/memory/epoch.py).
+            if not await still_holds(conn, started(owner)):
+                return "Error: this memory was just deleted; nothing was remembered."
+            await deps.memory.upsert_facts(
+                owner,
+                [fact],
+                uuid.UUID(str(source)) if source else None,
+                keep=deps.settings.max_facts,
+                conn=conn,
+                member=member,
+            )
         return f"Remembered ({kind}) {name}: {fact_value(value)}"
 
     @tool

@@ -26,7 +26,7 @@ from src.graph.context.render import row_tokens
 from src.graph.conversation_state import ConversationState
 from src.graph.deps import GraphDeps
 from src.graph.memory.errors import log_failure
-from src.graph.memory.summarizer import fold_before, summary_limits, window_rule
+from src.graph.memory.summarizer import SummaryTooLong, fold_before, summary_limits, window_rule
 from src.graph.memory.window import LAG_FACTOR, carried, due, window_count, window_size
 from src.storage.turn_reads import read_turn
 
@@ -229,12 +229,14 @@ class TurnContext:
             except Exception as exc:
                 what = f"folding the summary of {conversation_id} in the turn (try {attempt})"
                 log_failure(logger, what, exc)
-                if isinstance(exc, TimeoutError) or attempt == SYNC_FOLD_TRIES:
+                # A summary that did not fit would not fit a second time within the turn.
+                if isinstance(exc, TimeoutError | SummaryTooLong) or attempt == SYNC_FOLD_TRIES:
                     if not isinstance(exc, TimeoutError):
-                        deps.backoff.failed(key)
+                        deps.memory_failed(key, exc)
                     return False
                 await asyncio.sleep(min(0.25 * attempt, max(0.0, deadline - loop.time())))
                 continue
             break
         deps.backoff.succeeded(key)
+        deps.endpoint_answered(deps.summary_model)
         return True

@@ -1,4 +1,6 @@
-"""Turn the bytes of a document a user sent (PDF, DOCX, plain text) into its text.
+"""Turn the bytes of a document a user sent into its text: PDF, Word (DOCX), Excel (XLSX),
+PowerPoint (PPTX), and any text file (JSON, code, logs, YAML, XML, HTML...), which is known
+by its content (its name may say nothing, or lie).
 
 Everything here is synchronous CPU work on untrusted bytes: the bot runs it in a child
 process with limits (src/media/sandbox.py), and it stops by itself at the text budget.
@@ -8,6 +10,7 @@ into one sentence for the user; no other exception escapes for a bad file.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import lzma
@@ -16,28 +19,43 @@ import struct
 import zipfile
 import zlib
 from dataclasses import dataclass
+from datetime import datetime, time
 from typing import Literal
 
 import docx
 import docx.opc.exceptions
 import lxml.etree
+import openpyxl
+import pptx
+import pptx.exc
 from charset_normalizer import from_bytes
 from docx.table import Table
+from openpyxl.utils.exceptions import InvalidFileException
+from pptx.shapes.autoshape import Shape
+from pptx.shapes.base import BaseShape
+from pptx.shapes.graphfrm import GraphicFrame
+from pptx.shapes.group import GroupShape
 from pypdf import PdfReader
 from pypdf.errors import DependencyError, PyPdfError
 
-FORMATS = ("pdf", "docx", "txt", "md", "csv")
+# "txt": any text file, whatever its name says; "md" and "csv" are text read as such.
+FORMATS = ("pdf", "docx", "xlsx", "pptx", "txt", "md", "csv")
+OFFICE = ("docx", "xlsx", "pptx")
 
 MIME_FORMATS = {
     "application/pdf": "pdf",
     "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx",
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet": "xlsx",
+    "application/vnd.openxmlformats-officedocument.presentationml.presentation": "pptx",
     "text/plain": "txt",
     "text/markdown": "md",
     "text/x-markdown": "md",
     "text/csv": "csv",
 }
+# Names that say "text": a file so named that is not text is damaged, not of another kind.
+EXTENSIONS = {"txt": "txt", "text": "txt", "md": "md", "markdown": "md", "csv": "csv", "tsv": "csv"}
 
-# A DOCX is a zip: refuse one that would unzip to more than this (a zip bomb).
+# DOCX, XLSX and PPTX are zips: refuse one that would unzip to more than this (a zip bomb).
 MAX_DOCX_UNZIPPED = 100 * 1024 * 1024
 
 # What pypdf raises on a malformed file besides its own errors: it parses untrusted
@@ -72,6 +90,17 @@ DOCX_FAILURES = (
     lzma.LZMAError,
 )
 
+# What openpyxl and python-pptx raise on a zip that is not their document or whose XML is
+# malformed, besides what python-docx's zip and XML handling raise.
+OFFICE_FAILURES = (
+    *DOCX_FAILURES,
+    InvalidFileException,
+    pptx.exc.PythonPptxError,
+    TypeError,
+    AttributeError,
+    IndexError,
+)
+
 # Word saves a password-protected DOCX not as a zip but as an OLE compound file holding
 # an "EncryptionInfo" stream (its directory names are UTF-16).
 OLE_SIGNATURE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
@@ -88,7 +117,7 @@ class TextBudget:
     pages: int = 300
     """PDF pages."""
     paragraphs: int = 100_000
-    """DOCX paragraphs and tables."""
+    """DOCX paragraphs and tables, XLSX rows, PPTX shapes."""
     chars: int = 4_000_000
     """Characters of text; the page or paragraph that reaches it is the last one read."""
 
@@ -116,10 +145,14 @@ class DocumentError(Exception):
 
 
 def document_format(file_name: str | None, mime_type: str | None) -> str | None:
-    """The format by extension first, then by mime type; None when not supported."""
+    """The format by extension first, then by mime type; None when neither names one (the
+    content decides then: text, or not supported)."""
     _, dot, extension = (file_name or "").rpartition(".")
-    if dot and extension.lower() in FORMATS:
-        return extension.lower()
+    extension = extension.lower() if dot else ""
+    if extension in ("pdf", *OFFICE):
+        return extension
+    if extension in EXTENSIONS:
+        return EXTENSIONS[extension]
     return MIME_FORMATS.get((mime_type or "").split(";")[0].strip().lower())
 
 
@@ -134,11 +167,21 @@ def extract_text(
     none to be had."""
     match document_format(file_name, mime_type):
         case None:
-            raise DocumentError("unsupported")
+            # Named nothing we know (.json, .py, .log, .yaml, .html, none): text or not.
+            if not data.strip():
+                raise DocumentError("empty")
+            text = _text_of(data)
+            if text is None:
+                raise DocumentError("unsupported")
+            return Document(_nonempty(text[: budget.chars]), "txt", None)
         case "pdf":
             return _pdf(data, budget)
         case "docx":
             return Document(_nonempty(_docx(data, budget)), "docx", None)
+        case "xlsx":
+            return Document(_nonempty(_xlsx(data, budget)), "xlsx", None)
+        case "pptx":
+            return Document(_nonempty(_pptx(data, budget)), "pptx", None)
         case fmt:
             return Document(_nonempty(_plain(data, fmt)[: budget.chars]), fmt, None)
 
@@ -170,9 +213,7 @@ def _pdf(data: bytes, budget: TextBudget) -> Document:
 def _docx(data: bytes, budget: TextBudget) -> str:
     """Return the paragraphs and table rows in document order, a line each, up to the
     budget."""
-    if data.startswith(OLE_SIGNATURE) and OLE_ENCRYPTION_INFO in data:
-        raise DocumentError("encrypted")
-    _check_unzipped_size(data)
+    _check_office_file(data)
     lines: list[str] = []
     try:
         document = docx.Document(io.BytesIO(data))
@@ -185,6 +226,87 @@ def _docx(data: bytes, budget: TextBudget) -> str:
     except DOCX_FAILURES as exc:
         raise DocumentError("broken") from exc
     return "\n".join(lines)[: budget.chars]
+
+
+def _xlsx(data: bytes, budget: TextBudget) -> str:
+    """Return each sheet under its name, its rows as lines of cells joined with " | "
+    (formulas as their last computed values), up to the budget."""
+    _check_office_file(data)
+    lines: list[str] = []
+    chars = 0
+    try:
+        book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
+        try:
+            for sheet in book.worksheets:
+                heading = len(lines)
+                lines.append(f"## {sheet.title}")
+                for row in sheet.iter_rows(values_only=True):
+                    cells = [_cell(value) for value in row]
+                    while cells and not cells[-1]:
+                        cells.pop()
+                    if cells:
+                        lines.append(" | ".join(cells))
+                        chars += len(lines[-1]) + 1
+                    if chars >= budget.chars or len(lines) >= budget.paragraphs:
+                        return "\n".join(lines)[: budget.chars]
+                if len(lines) == heading + 1:
+                    lines.pop()  # a sheet without a value: its name is no text
+        finally:
+            book.close()
+    except OFFICE_FAILURES as exc:
+        raise DocumentError("broken") from exc
+    return "\n".join(lines)[: budget.chars]
+
+
+def _cell(value: object) -> str:
+    """Return a cell's value as text: a date without a time of day as the date alone."""
+    if value is None:
+        return ""
+    if isinstance(value, datetime) and value.time() == time():
+        return value.date().isoformat()
+    return str(value).strip()
+
+
+def _pptx(data: bytes, budget: TextBudget) -> str:
+    """Return each slide under its number: its text boxes and tables in order, then its
+    speaker notes, up to the budget."""
+    _check_office_file(data)
+    lines: list[str] = []
+    try:
+        deck = pptx.Presentation(io.BytesIO(data))
+        for number, slide in enumerate(deck.slides, start=1):
+            lines.append(f"## Slide {number}")
+            texts = [text for shape in slide.shapes for text in _shape_texts(shape)]
+            if slide.has_notes_slide and slide.notes_slide.notes_text_frame is not None:
+                notes = slide.notes_slide.notes_text_frame.text.strip()
+                texts += [f"Notes: {notes}"] if notes else []
+            lines += texts
+            if sum(map(len, lines)) >= budget.chars or len(lines) >= budget.paragraphs:
+                break
+    except OFFICE_FAILURES as exc:
+        raise DocumentError("broken") from exc
+    if all(line.startswith("## Slide ") for line in lines):
+        raise DocumentError("empty")
+    return "\n".join(lines)[: budget.chars]
+
+
+def _shape_texts(shape: BaseShape) -> list[str]:
+    """Return the text of a slide's shape: a text box's, a table's rows, a group's shapes'."""
+    if isinstance(shape, GroupShape):
+        return [text for inner in shape.shapes for text in _shape_texts(inner)]
+    if isinstance(shape, GraphicFrame) and shape.has_table:
+        rows = shape.table.rows
+        return [" | ".join(cell.text.strip() for cell in row.cells) for row in rows]
+    if isinstance(shape, Shape) and shape.has_text_frame and shape.text_frame.text.strip():
+        return [shape.text_frame.text]
+    return []
+
+
+def _check_office_file(data: bytes) -> None:
+    """Refuse a password-protected Office file (it is no zip then) or a zip bomb."""
+    if data.startswith(OLE_SIGNATURE) and OLE_ENCRYPTION_INFO in data:
+        raise DocumentError("encrypted")
+    _check_unzipped_size(data)
 
 
 def _check_unzipped_size(data: bytes) -> None:
@@ -207,15 +329,35 @@ def _table_text(table: Table) -> str:
 
 
 def _plain(data: bytes, fmt: str) -> str:
-    """Decode a text file whatever its encoding; a CSV becomes lines of "a | b | c"."""
+    """Decode a file named as text whatever its encoding; a CSV becomes lines of "a | b | c".
+    Not text after all: damaged."""
     if not data.strip():
         raise DocumentError("empty")
-    guess = from_bytes(data).best()
-    text = None if guess is None else str(guess)
-    # Binary data sometimes decodes "plausibly" into text full of control codes.
-    if text is None or _looks_binary(text):
+    text = _text_of(data)
+    if text is None:
         raise DocumentError("broken")
     return _csv_lines(text) if fmt == "csv" else text
+
+
+# Byte order marks: the one way text legitimately holds NUL bytes (UTF-16 and UTF-32).
+_BOMS = (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+
+
+def _text_of(data: bytes) -> str | None:
+    """Return the bytes as text if they are text (by content, whatever the name), else None.
+
+    Valid UTF-8 is text; otherwise bytes with NULs are binary unless a byte order mark
+    says UTF-16 or UTF-32, and charset-normalizer guesses the rest's encoding. Either way,
+    text more than 1% control characters is binary that decoded "plausibly".
+    """
+    try:
+        text: str | None = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        text = None
+        if b"\x00" not in data or data.startswith(_BOMS):
+            guess = from_bytes(data).best()
+            text = None if guess is None else str(guess)
+    return None if text is None or _looks_binary(text) else text
 
 
 def _looks_binary(text: str) -> bool:

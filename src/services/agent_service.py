@@ -19,7 +19,7 @@ from src.graph.deps import GraphDeps
 from src.graph.memory.epoch import begin
 from src.graph.memory.fact_members import AUTHOR
 from src.graph.model_calls import OverBudget, turn_metadata
-from src.graph.nodes import ModelFailure
+from src.graph.nodes import EmptyAnswer, ModelFailure
 from src.graph.timestamps import own_zone, owner_zone, stamp
 from src.services.embedding_worker import EmbeddingWorker
 from src.services.media import MediaTurn
@@ -317,10 +317,9 @@ class AgentService(MemoryCommands):
         except ModelFailure as exc:
             logger.warning("model failure in a turn of %s: %s", identity.owner_id, exc)
             if not result.done():
+                key = "model_answered_nothing" if isinstance(exc, EmptyAnswer) else "model_error"
                 result.set_result(
-                    TurnResult(
-                        t("model_error", lang), ok=False, conversation_id=str(conversation_id)
-                    )
+                    TurnResult(t(key, lang), ok=False, conversation_id=str(conversation_id))
                 )
             return
         finally:

@@ -81,18 +81,29 @@ class Compactor:
 
     async def ask(self, session: Session) -> Compact | None:
         """Return the model's compact of the session, repaired where needed; None when the
-        model failed (logged)."""
-        prompt = prompts.COMPACT_PROMPT.format(chars=COMPACT_CHARS, conversation=session.text)
-        messages = [SystemMessage(prompts.COMPACT_SYSTEM), HumanMessage(prompt)]
+        model failed (logged).
+
+        A session longer than one call is read in parts, oldest first: each call is
+        given the compact the previous one wrote, and the last one's is the session's.
+        """
+        compact: Compact | None = None
         try:
             model = with_output_cap(self.model, COMPACT_TOKENS)
             config = call_config("compact", session.owner_id, session.conversation_id)
-            data, raw = await self.deps.json_answers.ask(model, messages, COMPACT_SCHEMA, config)
-            compact = parse_compact(raw, data)
+            for part in session.parts:
+                earlier = compact.summary if compact is not None else ""
+                text = f"Summary of the earlier part:\n{earlier}\n\n" if earlier else ""
+                prompt = prompts.COMPACT_PROMPT.format(
+                    chars=COMPACT_CHARS, conversation=f"{text}Messages:\n{part}"
+                )
+                messages = [SystemMessage(prompts.COMPACT_SYSTEM), HumanMessage(prompt)]
+                answers = self.deps.json_answers
+                data, raw = await answers.ask(model, messages, COMPACT_SCHEMA, config)
+                compact = parse_compact(raw, data)
         except Exception as exc:
             log_failure(logger, f"compaction of {session.conversation_id}", exc)
             return None
-        if compact.repaired:
+        if compact is not None and compact.repaired:
             logger.warning(
                 "compaction of %s repaired: %s", session.conversation_id, compact.repaired
             )
@@ -219,7 +230,7 @@ class Compactor:
             logger.info("session of %s ends without models: over the token budget", owner_id)
             if session is None:
                 return None
-            return await self._save(session, fallback_compact(session.rows, session.summary), True)
+            return await self._save(session, fallback_compact(session.rows), True)
         waiting = [self._spawn(facts)]
         asking = self._spawn(self.ask(session)) if session is not None else None
         if asking is not None:
@@ -228,10 +239,10 @@ class Compactor:
         if session is None or asking is None:
             return None
         if asking.done():
-            compact = asking.result() or fallback_compact(session.rows, session.summary)
+            compact = asking.result() or fallback_compact(session.rows)
             return await self._save(session, compact, replace=True)
         logger.warning("compaction of %s is slow; plain text for now", session.conversation_id)
-        row = await self._save(session, fallback_compact(session.rows, session.summary), False)
+        row = await self._save(session, fallback_compact(session.rows), False)
         self._spawn(self._replace(session, asking))
         return row
 
@@ -267,7 +278,7 @@ class Compactor:
             return None
         row = None
         if session is not None:
-            plain = fallback_compact(session.rows, session.summary)
+            plain = fallback_compact(session.rows)
             row = await self._save(session, plain, replace=False)
         await self.deps.memory.mark_session_ended(conversation_id, until)
         self._spawn(self._after(owner_id, conversation_id, session, after))

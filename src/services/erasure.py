@@ -1,7 +1,8 @@
 """Deleting memory, and erasing everything of an owner: the one door every delete takes.
 
 How to call it (`what` is one of src/storage/erasure_repo.py's `FactKey(key)`,
-`CompactId(compact_id)`, `AllMemory()`):
+`CompactId(compact_id)`, `AllMemory()`, `MemberFacts(member)`, `Context(topic)` for
+/forget):
 
     # A command or a button, outside a turn: takes the owner's turn lock itself.
     deleted = await service.eraser.delete(owner_id, FactKey("city"))        # -> Deleted
@@ -28,11 +29,17 @@ said so far as done for facts: nothing said before it comes back as a fact or a 
 messages, summaries, facts and their history, compacts, embeddings, squash logs,
 checkpoints, the chat's inbox and outbox rows, kept texts, the owner's row; usage stays
 as daily totals, with the owner id only for the current budget month), and first cancels the owner's
-memory work running in this process (the epoch stops the rest).
+memory work running in this process (the epoch stops the rest). A person's erase also
+takes the turn lock of every group where memory about them as a member is kept or may
+yet be made, and there does what their /memory clear as a member does (MemberFacts):
+their facts go from the group's rows and checkpoints, their lines from its kept texts,
+and their messages not extracted yet make no facts; the group's epoch moves, so its
+memory work under way stores nothing it read before.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 from collections.abc import Iterable
@@ -91,10 +98,16 @@ class MemoryEraser:
 
     async def erase(self, owner: int, current_update: int | None = None) -> Erased:
         """Delete everything the bot keeps about the owner (see the module's doc)."""
-        async with self.locks.hold(owner):
+        groups = await self.repo.member_groups(owner) if owner > 0 else []
+        async with contextlib.AsyncExitStack() as held:
+            # The owner's lock, then the groups' in id order (as every erase takes them).
+            for locked in (owner, *groups):
+                await held.enter_async_context(self.locks.hold(locked))
             conversations = await self.deps.conversations.conversation_ids(owner)
             cancelled = self.deps.runs.cancel(_run_keys(conversations))
             await self._settle(conversations)
+            for group in groups:  # their turns' checkpoints, for the redaction
+                await self._settle(await self.deps.conversations.conversation_ids(group))
             settings = self.deps.settings
             since = month_start(self.deps.clock(), settings)
             erased = await self.repo.erase(owner, since, settings.timezone, current_update)

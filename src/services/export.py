@@ -6,8 +6,9 @@ included) and squash, every fact with its history (a person's: also those kept a
 them as a member of groups, by group), the compacts of previous
 conversations, the texts kept for facts, usage totals by month and model, and the
 scheduled tasks with their runs (reminders of inactivity are a setting of the profile).
-The Markdown file says the same for reading. The bot sends both as files; `tgagent chat`
-writes them to the working directory.
+The Markdown file says the same for reading, its times in the owner's zone (their /tz,
+else TIMEZONE), named; the JSON's are ISO 8601 with their offset. The bot sends both as
+files; `tgagent chat` writes them to the working directory.
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
+from src.graph.context.render import when_local
 from src.graph.deps import GraphDeps
+from src.graph.timestamps import owner_zone
 from src.services.texts import t
 from src.storage.export_repo import ExportRepository
 
@@ -121,17 +125,28 @@ def build_export(owner: int, rows: dict[str, Any], now: datetime) -> dict[str, A
     return dict(_plain(data))
 
 
+def _local(value: str | None, zone: ZoneInfo) -> str:
+    """Return a time of the export (ISO 8601) in the owner's zone, named as the stamps
+    of their messages name it: `2026-11-28 12:37 Europe/Moscow`."""
+    return f"{when_local(value, zone)} {zone.key}" if value else ""
+
+
+def _day(value: str | None, zone: ZoneInfo) -> str:
+    """Return the owner's local date of a time of the export (ISO 8601)."""
+    return when_local(value, zone)[:10] if value else ""
+
+
 def _quote(text: str) -> str:
     return "\n".join("> " + line for line in (text or "").splitlines() or [""])
 
 
-def _markdown_facts(data: dict[str, Any], lang: str | None) -> list[str]:
+def _markdown_facts(data: dict[str, Any], lang: str | None, zone: ZoneInfo) -> list[str]:
     lines = [f"## {t('export_md_facts', lang)}", ""]
     for fact in data["facts"]:
         whose = t("export_md_member", lang, member=fact["member_id"]) if fact["member_id"] else ""
         lines.append(f"- {whose}**{fact['key']}**: {fact['value']} ({fact['type']})")
         for old in fact["history"]:
-            until = (old["until"] or "")[:10]
+            until = _day(old["until"], zone)
             lines.append(f"  - {t('export_md_was', lang, value=old['value'], until=until)}")
     if not data["facts"]:
         lines.append(t("export_md_none", lang))
@@ -140,38 +155,39 @@ def _markdown_facts(data: dict[str, Any], lang: str | None) -> list[str]:
         for fact in group["facts"]:
             lines.append(f"- **{fact['key']}**: {fact['value']} ({fact['type']})")
             for old in fact["history"]:
-                until = (old["until"] or "")[:10]
+                until = _day(old["until"], zone)
                 lines.append(f"  - {t('export_md_was', lang, value=old['value'], until=until)}")
     return lines
 
 
-def _markdown_conversation(conv: dict[str, Any], lang: str | None) -> list[str]:
-    lines = [f"### {conv['created_at'][:16].replace('T', ' ')} ({conv['id']})", ""]
+def _markdown_conversation(conv: dict[str, Any], lang: str | None, zone: ZoneInfo) -> list[str]:
+    lines = [f"### {_local(conv['created_at'], zone)} ({conv['id']})", ""]
     if conv["summary"]:
         lines += [f"*{t('export_md_summary', lang)}*", "", _quote(conv["summary"]), ""]
     for message in conv["messages"]:
-        when = message["created_at"][:16].replace("T", " ")
+        when = _local(message["created_at"], zone)
         squashed = f" ({t('export_md_squashed', lang)})" if message["squashed"] else ""
         lines += [f"**{message['role']}** #{message['number']}, {when}{squashed}:", ""]
         lines += [_quote(message["content"]), ""]
     return lines
 
 
-def render_markdown(data: dict[str, Any], lang: str | None = None) -> str:
-    """Return the export as Markdown, for reading."""
-    lines = [f"# {t('export_md_title', lang)}", "", f"{data['exported_at'][:16]} UTC", ""]
+def render_markdown(data: dict[str, Any], lang: str | None, zone: ZoneInfo) -> str:
+    """Return the export as Markdown, for reading, its times in `zone` (the owner's)."""
+    when = _local(data["exported_at"], zone)
+    lines = [f"# {t('export_md_title', lang)}", "", when, ""]
     profile = data["profile"] or {}
     lines += [f"## {t('export_md_profile', lang)}", ""]
     lines += [f"- {k}: {v}" for k, v in profile.items()] or [t("export_md_none", lang)]
-    lines += ["", *_markdown_facts(data, lang), ""]
+    lines += ["", *_markdown_facts(data, lang, zone), ""]
     lines += [f"## {t('export_md_compacts', lang)}", ""]
     for compact in data["previous_conversations"]:
-        lines.append(f"- {compact['created_at'][:10]}: {compact['summary']}")
+        lines.append(f"- {_local(compact['created_at'], zone)}: {compact['summary']}")
     if not data["previous_conversations"]:
         lines.append(t("export_md_none", lang))
     lines += ["", f"## {t('export_md_conversations', lang)}", ""]
     for conv in data["conversations"]:
-        lines += _markdown_conversation(conv, lang)
+        lines += _markdown_conversation(conv, lang, zone)
     lines += [f"## {t('export_md_tasks', lang)}", ""]
     for task in data["tasks"]:
         repeat = t("task_repeat", lang, cron=task["repeat"]) if task["repeat"] else ""
@@ -202,9 +218,10 @@ class MemoryExport:
         data = await self.collect(owner)
         stem = f"tgagent-export-{owner}-{data['exported_at'][:19].replace(':', '')}"
         as_json = json.dumps(data, ensure_ascii=False, indent=2)
+        zone = owner_zone(data["profile"], self.deps.settings)
         return [
             ExportFile(f"{stem}.json", as_json.encode()),
-            ExportFile(f"{stem}.md", render_markdown(data, lang).encode()),
+            ExportFile(f"{stem}.md", render_markdown(data, lang, zone).encode()),
         ]
 
 

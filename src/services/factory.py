@@ -13,6 +13,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from src.config import Settings
 from src.graph.deps import GraphDeps, utc_now
+from src.graph.lang import set_default_language
 from src.graph.main_graph import build_graph
 from src.graph.memory.structured import JsonAnswers
 from src.graph.tokens import make_counter
@@ -105,6 +106,7 @@ async def build_runtime(
     summary_model: BaseChatModel | None = None,
 ) -> Runtime:
     """Open (or take) the pool, migrate, set up checkpoints, and build the service."""
+    set_default_language(settings.default_language)
     owns_pool = pool is None
     if pool is None:
         pool = await open_pool_from_settings(settings)

@@ -28,6 +28,7 @@ from src.storage.delivery_repo import Delivery
 from src.storage.erasure_repo import (
     AllMemory,
     CompactId,
+    Context,
     Deleted,
     Erased,
     FactKey,
@@ -177,25 +178,16 @@ class MemoryCommands:
         """/forget: empty context from now on, history kept, reminders off (seed 000).
 
         What it forgets makes nothing long-term either: the messages not summarized and
-        not fact-extracted yet are marked done without a model reading them (a password
-        said before /forget never becomes a fact).
+        not fact-extracted yet are marked done without a model reading them, memory
+        work under way (here or in another process) stores nothing it read before (a
+        password said before /forget never becomes a fact), and the current session ends
+        here without a compact (forget_summary), so no later compact reads them. It takes
+        the door every delete of memory takes (erasure.py).
         """
-        deps = self.deps
-        await deps.users.get_or_create(
+        await self.deps.users.get_or_create(
             identity.owner_id, identity.username, identity.first_name, identity.language_code
         )
-        async with self.locks.hold(identity.owner_id):
-            conversation_id = await deps.conversations.get_or_create_conversation(
-                identity.owner_id, topic=identity.topic_id
-            )
-            async with deps.conversations.pool.connection() as conn, conn.transaction():
-                if identity.topic_id:  # the topic's window only (forget_summary)
-                    await deps.users.set_reminders(identity.owner_id, False, conn=conn)
-                else:
-                    await deps.users.forget(identity.owner_id, conn=conn)
-                # The forgotten part is never summarized into later context either.
-                await deps.conversations.forget_summary(conversation_id, conn=conn)
-                await deps.conversations.skip_facts(conversation_id, conn=conn)
+        await self.delete_memory(identity, Context(identity.topic_id))
 
     async def toggle_mute(self, identity: Identity) -> bool:
         """/mute: flip reminders; return whether they are now on."""

@@ -66,17 +66,27 @@ class PendingFacts:
     async def keep(self, batches: list[Batch], conn: Conn) -> int:
         """Keep the batches' texts and mark their messages extracted, in the caller's
         transaction; return how many texts were kept (a batch without a user message
-        has none)."""
-        due = self.deps.clock()
+        has none). Only the messages that still wait for extraction are kept, read
+        again and locked here: what a delete or an extraction still under way took
+        meanwhile is not kept again."""
+        deps, due = self.deps, self.deps.clock()
         kept = 0
-        for batch in batches:
-            for text in batch.texts:  # a long message's parts, each read on its own
-                await self.repo.add(batch.owner_id, batch.conversation_id, text, due, conn)
-                kept += 1
-            await self.deps.conversations.mark_facts_extracted(
-                batch.conversation_id, batch.ids, conn=conn
-            )
+        for read in batches:
+            rows = await deps.conversations.lock_facts_pending(read.conversation_id, read.ids, conn)
+            fresh = [read] if len(rows) == len(set(read.ids)) else []
+            if rows and not fresh:
+                fresh = extraction.batches(deps, read.owner_id, read.conversation_id, rows)
+            for batch in fresh:
+                kept += await self._keep(batch, due, conn)
         return kept
+
+    async def _keep(self, batch: Batch, due: datetime, conn: Conn) -> int:
+        for text in batch.texts:  # a long message's parts, each read on its own
+            await self.repo.add(batch.owner_id, batch.conversation_id, text, due, conn)
+        await self.deps.conversations.mark_facts_extracted(
+            batch.conversation_id, batch.ids, conn=conn
+        )
+        return len(batch.texts)
 
     async def extract_owner(self, owner_id: int, now: datetime | None = None) -> int:
         """Try the owner's texts due at `now`, oldest first; return the facts stored.

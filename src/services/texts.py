@@ -15,7 +15,7 @@ TEXTS: dict[str, dict[str, str]] = {
         ),
         "help": (
             "Я отвечаю на сообщения и помню контекст. Понимаю голосовые, фото "
-            "и документы (PDF, DOCX, TXT, MD, CSV).\n"
+            "и документы (PDF, Word, Excel, PowerPoint, любые текстовые файлы).\n"
             "/new — начать новый разговор (текущий будет стёрт)\n"
             "/forget — начать с чистого листа, сохранив историю\n"
             "/mute — включить или выключить напоминания и задачи\n"
@@ -44,6 +44,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "unknown_command": "Не знаю такой команды. /help — список команд.",
         "model_error": "Не получилось получить ответ от модели. Ваше сообщение сохранено — "
         "попробуйте ещё раз чуть позже.",
+        "model_answered_nothing": "Модель ответила пустым сообщением. Ваше сообщение сохранено — "
+        "попробуйте переформулировать.",
         "store_error": "Не удалось сохранить сообщение — база данных недоступна. "
         "Пожалуйста, отправьте его ещё раз через минуту.",
         "internal_error": "Что-то пошло не так. Попробуйте ещё раз.",
@@ -52,7 +54,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "empty_message": "Сообщение пустое — напишите что-нибудь.",
         "too_long": "Сообщение слишком длинное ({size} символов, максимум {limit}). "
         "Сократите его или разбейте на части.",
-        "not_text": "Я понимаю текст, голосовые, фото и документы (PDF, DOCX, TXT, MD, CSV). "
+        "not_text": "Я понимаю текст, голосовые, фото и документы (PDF, Word, Excel, "
+        "PowerPoint, текстовые файлы). "
         "Такое сообщение я прочитать не могу — опишите словами, что нужно.",
         "heard": "🎤 «{text}»",
         "voice_off": "Голосовые здесь не распознаются — напишите, пожалуйста, текстом.",
@@ -67,8 +70,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "photo_refused": "Эта модель не принимает изображения, так что фото я не вижу; "
         "отвечаю по подписи.",
         "file_too_big": "Файл «{name}» слишком большой ({size} МБ, максимум {limit} МБ).",
-        "document_unsupported": "Файлы такого типа («{name}») я не читаю: "
-        "только PDF, DOCX, TXT, MD, CSV и картинки.",
+        "document_unsupported": "Файлы такого типа («{name}») я не читаю: только текстовые "
+        "файлы, PDF, Word, Excel, PowerPoint (DOCX, XLSX, PPTX) и картинки.",
         "document_broken": "Не получилось прочитать «{name}»: файл повреждён.",
         "download_failed": "Не получилось скачать «{name}» из Telegram — пришлите ещё раз.",
         "document_encrypted": "«{name}» защищён паролем — пришлите версию без пароля.",
@@ -213,7 +216,7 @@ TEXTS: dict[str, dict[str, str]] = {
         ),
         "help": (
             "I answer messages and remember context. I understand voice notes, photos "
-            "and documents (PDF, DOCX, TXT, MD, CSV).\n"
+            "and documents (PDF, Word, Excel, PowerPoint, any text file).\n"
             "/new — start a new conversation (the current one is erased)\n"
             "/forget — start from a clean slate, keeping the history\n"
             "/mute — turn reminders and tasks off or on\n"
@@ -242,6 +245,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "unknown_command": "I don't know that command. /help lists commands.",
         "model_error": "I couldn't get an answer from the model. Your message is saved — "
         "please try again a bit later.",
+        "model_answered_nothing": "The model answered with an empty message. Your message is "
+        "saved — try putting it another way.",
         "store_error": "I couldn't save your message — the database is unavailable. "
         "Please send it again in a minute.",
         "internal_error": "Something went wrong. Please try again.",
@@ -250,8 +255,9 @@ TEXTS: dict[str, dict[str, str]] = {
         "empty_message": "The message is empty — please write something.",
         "too_long": "The message is too long ({size} characters, at most {limit}). "
         "Please shorten it or split it.",
-        "not_text": "I understand text, voice notes, photos and documents (PDF, DOCX, TXT, "
-        "MD, CSV). I can't read this kind of message: please describe what you need in words.",
+        "not_text": "I understand text, voice notes, photos and documents (PDF, Word, Excel, "
+        "PowerPoint, text files). I can't read this kind of message: please describe what "
+        "you need in words.",
         "heard": "🎤 “{text}”",
         "voice_off": "Voice notes aren't transcribed here: please write your message.",
         "voice_failed": "I couldn't transcribe the voice note. Please try again or write it.",
@@ -265,8 +271,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "photo_refused": "This model takes no images, so I can't see the photo; "
         "I'm answering from the caption.",
         "file_too_big": "“{name}” is too big ({size} MB, at most {limit} MB).",
-        "document_unsupported": "I can't read files like “{name}”: only PDF, DOCX, TXT, MD, "
-        "CSV and images.",
+        "document_unsupported": "I can't read files like “{name}”: only text files, PDF, Word, "
+        "Excel, PowerPoint (DOCX, XLSX, PPTX) and images.",
         "document_broken": "I couldn't read “{name}”: the file is damaged.",
         "download_failed": "I couldn't download “{name}” from Telegram: please send it again.",
         "document_encrypted": "“{name}” is password-protected: please send it without a password.",

@@ -10,6 +10,10 @@ TASK_TEXTS: dict[str, dict[str, str]] = {
         "tz_show": "Ваш часовой пояс: {zone}, сейчас там {now}. Сменить: /tz Europe/Berlin",
         "tz_default": "Часовой пояс не выбран, я считаю время по {zone} (сейчас {now}). "
         "Выбрать свой: /tz Europe/Berlin",
+        "tz_show_group": "Часовой пояс группы: {zone}, сейчас там {now}. Сменить "
+        "(администраторы группы): /tz Europe/Berlin",
+        "tz_default_group": "У группы не выбран часовой пояс, я считаю время по {zone} "
+        "(сейчас {now}). Выбрать (администраторы группы): /tz Europe/Berlin",
         "tz_set": "Часовой пояс: {zone}, сейчас там {now}.",
         "tz_unknown": "Не знаю часового пояса «{zone}». Нужно название из базы IANA, "
         "например Europe/Berlin, America/New_York или Asia/Tokyo.",
@@ -32,6 +36,10 @@ TASK_TEXTS: dict[str, dict[str, str]] = {
         "tz_show": "Your time zone: {zone}, it is {now} there. Change it: /tz Europe/Berlin",
         "tz_default": "No time zone chosen: I count time in {zone} (now {now}). "
         "Choose yours: /tz Europe/Berlin",
+        "tz_show_group": "The group's time zone: {zone}, it is {now} there. Change it "
+        "(the group's administrators): /tz Europe/Berlin",
+        "tz_default_group": "The group has no time zone chosen: I count time in {zone} "
+        "(now {now}). Choose one (the group's administrators): /tz Europe/Berlin",
         "tz_set": "Time zone: {zone}, it is {now} there.",
         "tz_unknown": "I don't know the time zone “{zone}”. It must be an IANA name, "
         "like Europe/Berlin, America/New_York or Asia/Tokyo.",

@@ -105,6 +105,12 @@ UPDATE conversations SET active_messages_count = 0 WHERE id = %s AND topic_id <>
 MARK_ALL_SUMMARIZED = """
 UPDATE messages SET summarized = true WHERE conversation_id = %s AND NOT summarized
 """
+# ... nor in a compact: the current session ends where it is, without one.
+END_SESSION_HERE = """
+UPDATE conversations SET ended_at = last_message_at
+WHERE id = %s AND last_message_at IS NOT NULL
+  AND (ended_at IS NULL OR ended_at < last_message_at)
+"""
 MARK_FACTS_EXTRACTED = """
 UPDATE messages SET facts_extracted = true WHERE conversation_id = %s AND id = ANY(%s)
 """
@@ -124,6 +130,14 @@ SELECT_FACTS_PENDING = """
 SELECT id, number, role, content, created_at, meta, summarized, facts_extracted FROM messages
 WHERE conversation_id = %s AND squashed_at IS NULL AND NOT facts_extracted
 ORDER BY created_at, id LIMIT %s
+"""
+# A fact writer's guard: which of the rows it read still wait for extraction, locked
+# until its transaction ends (a /forget or another extraction marking them waits, or
+# came first and the writer stores nothing from them).
+LOCK_FACTS_PENDING = """
+SELECT id, number, role, content, created_at, meta, summarized, facts_extracted FROM messages
+WHERE conversation_id = %s AND id = ANY(%s) AND NOT facts_extracted
+ORDER BY created_at, id FOR UPDATE
 """
 # The conversation and how many user messages wait for fact extraction (at most `cap`).
 SELECT_CONVERSATION_WITH_PENDING = """
@@ -344,10 +358,12 @@ class ConversationRepository(Repository):
         return False
 
     async def forget_summary(self, conversation_id: uuid.UUID, conn: Conn | None = None) -> None:
-        """Empty the running summary; nothing stored so far will ever be summarized."""
+        """Empty the running summary; nothing stored so far will ever be summarized, or
+        compacted (the current session ends here, without a compact)."""
         async with self._conn(conn) as c, c.transaction():
             await c.execute(SET_SUMMARY, ("", conversation_id))
             await c.execute(MARK_ALL_SUMMARIZED, (conversation_id,))
+            await c.execute(END_SESSION_HERE, (conversation_id,))
             await c.execute(FORGET_TOPIC_WINDOW, (conversation_id,))
 
     async def mark_facts_extracted(
@@ -389,6 +405,14 @@ class ConversationRepository(Repository):
         async with self._conn(conn) as c:
             cur = await c.execute(SELECT_FACTS_PENDING, (conversation_id, limit))
             return list(await cur.fetchall())
+
+    async def lock_facts_pending(
+        self, conversation_id: uuid.UUID, message_ids: list[int], conn: Conn
+    ) -> list[dict[str, Any]]:
+        """Return those of the messages that still wait for fact extraction, in thread
+        order, locked until `conn`'s transaction ends (call it inside one)."""
+        cur = await conn.execute(LOCK_FACTS_PENDING, (conversation_id, list(message_ids)))
+        return list(await cur.fetchall())
 
     async def conversation_for_turn(
         self, conversation_id: uuid.UUID, facts_every: int, conn: Conn | None = None

@@ -1,4 +1,4 @@
-"""Delete an owner's memory (a fact, a compact, all of it), or everything of an owner.
+"""Delete an owner's memory (a fact, a compact, all of it, /forget's context), or all of an owner.
 
 Each runs in one transaction that first moves the owner to a new memory epoch
 (src/storage/epochs.py), so memory work that started before it stores nothing after it,
@@ -13,7 +13,10 @@ rows stay, without what was said: `llm_calls` keeps the owner's usage as daily t
 id only for the current budget period so that erasing never resets a budget; the chat's
 update ids stay, bare, in `inbox_erased` until they are pruned, so that an update Telegram
 sends again is still refused; `turn_leases` keeps the lease the erase itself holds
-(released right after it).
+(released right after it). A person's `erase` is also their member's clear (`MemberFacts`)
+in every group of MEMBER_GROUPS, in the same transaction: each group's epoch moves, their
+facts go from its rows and checkpoints, their lines from its kept texts, and their
+messages there not extracted yet make no facts.
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ from src.storage.checkpoint_redaction import (
     owner_threads,
     redact_owner,
 )
+from src.storage.conversation_repo import ConversationRepository
 from src.storage.epochs import MemoryEpoch, bump_epoch
+from src.storage.users_repo import UsersRepository
 
 # Conversations first, then the owner's row (see epochs.py): the order a stored message
 # and a summary fold lock them in.
@@ -70,9 +75,23 @@ DELETE_FACTS = "DELETE FROM facts WHERE telegram_user_id = %s RETURNING key, val
 PENDING_TEXTS = "SELECT id, text FROM pending_facts WHERE telegram_user_id = %s FOR UPDATE"
 SET_PENDING_TEXT = "UPDATE pending_facts SET text = %s WHERE id = %s"
 DELETE_PENDING_TEXT = "DELETE FROM pending_facts WHERE id = %s"
-# A person's /erase: their own facts in every group too (facts about them, kept there
-# as a member's); the groups' conversations and own facts stay the groups'.
-DELETE_FACTS_AS_MEMBER = "DELETE FROM facts WHERE member_id = %s AND telegram_user_id <> %s"
+# A person's /erase reaches every group where memory about them is kept or may yet be
+# made: their facts as a member's, their messages not extracted yet (their author, as
+# SKIP_MEMBER_PENDING_FACTS reads it), their lines in texts kept for facts. There it is
+# their /memory clear as a member (MemberFacts); the groups' conversations and own facts
+# stay the groups'.
+MEMBER_GROUPS = """
+SELECT telegram_user_id FROM facts
+WHERE member_id = %(person)s AND telegram_user_id <> %(person)s
+UNION
+SELECT c.telegram_user_id FROM messages m JOIN conversations c ON c.id = m.conversation_id
+WHERE m.squashed_at IS NULL AND NOT m.facts_extracted AND c.telegram_user_id <> %(person)s
+  AND (m.meta ->> 'author')::bigint = %(person)s
+UNION
+SELECT telegram_user_id FROM pending_facts
+WHERE telegram_user_id <> %(person)s AND strpos(text, %(line)s) > 0
+ORDER BY 1
+"""
 # ... and the groups' tasks keep running, no longer charged to them.
 FORGET_REQUESTER = "UPDATE scheduled_tasks SET requested_by = NULL WHERE requested_by = %s"
 DELETE_COMPACT = """
@@ -162,12 +181,21 @@ class CompactId:
 
 
 @dataclass(frozen=True)
+class Context:
+    """/forget: the context of the owner's current conversation in `topic` (its running
+    summary; what it holds so far is never summarized or fact-extracted; its window
+    starts empty), and reminders off. The messages stay stored."""
+
+    topic: int = 0
+
+
+@dataclass(frozen=True)
 class AllMemory:
     """Every fact (with its history) and compact of the owner, and the texts kept for
     facts (/memory clear); what was said before makes no facts or compacts later."""
 
 
-Memory = FactKey | CompactId | AllMemory | MemberFacts
+Memory = FactKey | CompactId | AllMemory | MemberFacts | Context
 
 
 @dataclass
@@ -176,6 +204,8 @@ class Deleted:
 
     facts: int = 0
     """Current facts deleted (their history went with them)."""
+    rows: int = 0
+    """Fact rows deleted, their history's included."""
     compacts: int = 0
     epoch: MemoryEpoch | None = None
     """The owner's memory epoch after the delete."""
@@ -228,6 +258,8 @@ class ErasureRepository(Repository):
         """Delete `what` of the owner, move them to a new memory epoch and redact it from
         their checkpoints, in one transaction."""
         async with self._conn(conn) as c, c.transaction():
+            if isinstance(what, Context):
+                return await self._forget(c, owner, what)
             if isinstance(what, AllMemory):
                 await c.execute(LOCK_CONVERSATIONS, (owner,))
                 await c.execute(END_SESSIONS, (owner,))
@@ -250,10 +282,29 @@ class ErasureRepository(Repository):
                 await c.execute(DELETE_PENDING_FACTS, (owner,))
                 facts = list(await (await c.execute(DELETE_FACTS, (owner,))).fetchall())
                 compacts = list(await (await c.execute(DELETE_COMPACTS, (owner,))).fetchall())
-            done.facts, done.compacts = _current(facts), len(compacts)
+            done.facts, done.rows, done.compacts = _current(facts), len(facts), len(compacts)
             done.needles = fact_needles(facts) + compact_needles(compacts)
             done.redacted = await redact_owner(c, owner, done.needles)
             return done
+
+    async def _forget(self, c: Conn, owner: int, what: Context) -> Deleted:
+        """/forget (in the caller's transaction): the memory work under way reads no
+        further into what it forgets (a new epoch), in the order the locks are taken
+        everywhere: the conversations, the owner's row, the messages."""
+        conversations = ConversationRepository(self.pool)
+        conversation_id = await conversations.get_or_create_conversation(
+            owner, conn=c, topic=what.topic
+        )
+        await c.execute(LOCK_CONVERSATIONS, (owner,))
+        done = Deleted(epoch=await bump_epoch(c, owner))
+        users = UsersRepository(self.pool)
+        if what.topic:  # the topic's window only (forget_summary)
+            await users.set_reminders(owner, False, conn=c)
+        else:
+            await users.forget(owner, conn=c)
+        await conversations.forget_summary(conversation_id, conn=c)
+        await conversations.skip_facts(conversation_id, conn=c)
+        return done
 
     async def redact(self, owner: int, needles: Needles, conn: Conn | None = None) -> int:
         """Redact `needles` from the owner's checkpoints again (those written since)."""
@@ -287,14 +338,23 @@ class ErasureRepository(Repository):
                 cur = await c.execute(query, (owner,))
                 erased.rows[table] = erased.rows.get(table, 0) + cur.rowcount
             if owner > 0:  # a person (groups have negative ids)
-                cur = await c.execute(DELETE_FACTS_AS_MEMBER, (owner, owner))
-                erased.rows["facts"] = erased.rows.get("facts", 0) + cur.rowcount
+                for group in await self.member_groups(owner, c):
+                    done = await self.delete(group, MemberFacts(owner), c)
+                    erased.rows["facts"] = erased.rows.get("facts", 0) + done.rows
                 await c.execute(FORGET_REQUESTER, (owner,))
             erased.rows["inbox"] = (await c.execute(DELETE_INBOX, (owner, current_update))).rowcount
             erased.rows["outbox"] = (await c.execute(DELETE_OUTBOX, (owner,))).rowcount
             totals = {"owner": owner, "kept_since": kept_since, "zone": zone}
             await c.execute(COLLAPSE_CALLS, totals)
         return erased
+
+    async def member_groups(self, person: int, conn: Conn | None = None) -> list[int]:
+        """Return the groups where memory about `person` as a member is kept or may yet
+        be made (see MEMBER_GROUPS), in id order."""
+        params = {"person": person, "line": f"member {person}]: "}
+        async with self._conn(conn) as c:
+            cur = await c.execute(MEMBER_GROUPS, params)
+            return [row["telegram_user_id"] for row in await cur.fetchall()]
 
     async def _owner_tables(self, conn: Conn) -> list[tuple[str, str]]:
         """Return (table, owner column) of every table erased by owner, the tables that

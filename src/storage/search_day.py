@@ -16,7 +16,8 @@ from datetime import datetime
 from typing import Any
 
 # Newest first within the range; `-infinity` / `infinity` for an open end, so the
-# bounds stay plain comparisons the index answers.
+# bounds stay plain comparisons the index answers. A message without text (an assistant's
+# turn that only called tools) says nothing: it is not listed, nor counted in the limit.
 IN_RANGE = """
 SELECT m.id, m.conversation_id, m.number, m.role, m.content, m.created_at,
        m.squashed_at IS NOT NULL AS squashed
@@ -24,7 +25,7 @@ FROM messages m
 WHERE m.owner_id = %(user)s AND m.search_vector IS NOT NULL
   AND m.created_at >= coalesce(%(since)s::timestamptz, '-infinity')
   AND m.created_at < coalesce(%(until)s::timestamptz, 'infinity')
-  AND m.role = ANY(%(roles)s) AND m.id <> %(exclude)s
+  AND m.role = ANY(%(roles)s) AND m.id <> %(exclude)s AND m.content ~ '[^[:space:]]'
   AND (%(scope)s::uuid[] IS NULL OR m.conversation_id = ANY(%(scope)s::uuid[]))
 ORDER BY m.created_at DESC, m.id DESC LIMIT %(limit)s
 """
@@ -56,7 +57,7 @@ async def messages_in_range(
     exclude_id: int | None,
     scope: list[uuid.UUID] | None,
 ) -> list[dict[str, Any]]:
-    """Return the owner's user and assistant messages in `span`, newest first."""
+    """Return the owner's user and assistant messages with text in `span`, newest first."""
     params = {
         "user": owner,
         "since": span.since,

@@ -771,6 +771,8 @@ class FakeBotAPI(ForumTopics, BackgroundAiohttpServer):
 
     def push_channel_post(self, chat_id: int, text: str, title: str = "Test channel") -> int:
         """Queue a channel post (no `from`, `sender_chat` set)."""
+        if chat_id >= 0:
+            raise ValueError("channels have negative ids")
         chat = {"id": chat_id, "type": "channel", "title": title}
         with self._lock:
             message_id = next(self._message_ids)

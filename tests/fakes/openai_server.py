@@ -36,6 +36,14 @@ should be 'text' or 'json_object'\", ...}]", "type": "internal_server_error", ..
 "text" (the same 500, "Input should be 'text'", for "json_object" and "json_schema"). Such
 a refusal is recorded and consumes nothing either, like a rejected `response_format`.
 
+Finish reasons: a scripted dict reply may say its `finish_reason`, "stop", "length",
+"tool_calls" or "content_filter" (anything else is a TypeError). `{"content": "", "finish_reason":
+"content_filter"}` answers like Azure OpenAI's output filter: 200, that finish reason, the
+content empty (or, given some, the part written before the filter stopped it), `refusal` null,
+in a stream as in a whole answer. `{"content": None, "refusal": "I can't help with that."}`
+answers like a model refusing under Structured Outputs: `content` null, the `refusal` text
+(in a stream, one `refusal` delta), `finish_reason` "stop".
+
 Output caps: `max_completion_tokens` and `max_tokens` (a positive integer, else 400) are
 honoured like the real servers: the reply is cut to the cap, counting one token per
 `CHARS_PER_TOKEN` (4) characters of content as `usage` does, and answered with
@@ -182,6 +190,7 @@ from tests.fakes.audio import (
 from tests.fakes.openai_vision import read_images
 
 FAULT_KINDS = ("status", "close", "malformed")
+FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter")
 CHARS_PER_TOKEN = 4
 ROLES = ("system", "developer", "user", "assistant", "tool")
 PART_TYPES = ("text", "image_url")  # the content parts the fake understands
@@ -829,7 +838,8 @@ class FakeOpenAI(BackgroundAiohttpServer):
         cut = False
         if cap is not None:
             content, tool_calls, cut = _fit(content, tool_calls, cap)
-        message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
+        refusal = reply.get("refusal")
+        message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": refusal}
         if tool_calls:
             message["tool_calls"] = tool_calls
         prompt = sum(len(message_text(m)) for m in body.get("messages", [])) // 4
@@ -845,6 +855,7 @@ class FakeOpenAI(BackgroundAiohttpServer):
         head = {"id": f"chatcmpl-fake{n:06d}", "created": int(time.time())}
         head["model"] = body.get("model", "fake-model")
         finish = "length" if cut else "tool_calls" if tool_calls else "stop"
+        finish = reply.get("finish_reason") or finish
         if body.get("stream"):
             return await self._stream(request, head, message, finish, usage, body, no_choices)
         choice = {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
@@ -892,6 +903,8 @@ class FakeOpenAI(BackgroundAiohttpServer):
 
         if not no_choices:
             await send({"role": "assistant", "content": ""})
+            if message.get("refusal"):
+                await send({"refusal": message["refusal"]})
             for i, piece in enumerate(self._pieces(message.get("content") or "")):
                 if i and self.stream_delay > 0:
                     await self._sleep(self.stream_delay)
@@ -943,14 +956,20 @@ def _fit(
 
 
 def _normalize(reply: Any) -> dict[str, Any]:
-    """Turn a scripted reply (str or dict) into {"content", "tool_calls"}."""
+    """Turn a scripted reply (str or dict) into {"content", "tool_calls"} (and its
+    "finish_reason" and "refusal" when it says them)."""
     if isinstance(reply, str):
         return {"content": reply}
     if isinstance(reply, dict):
         content = reply.get("content")
-        if content is None and not reply.get("tool_calls"):
+        if content is None and not reply.get("tool_calls") and not reply.get("refusal"):
             content = ""
-        return {"content": content, "tool_calls": reply.get("tool_calls") or []}
+        finish = reply.get("finish_reason")
+        if finish is not None and finish not in FINISH_REASONS:
+            raise TypeError(f"finish_reason must be one of {FINISH_REASONS}, got {finish!r}")
+        normal = {"content": content, "tool_calls": reply.get("tool_calls") or []}
+        said = {"finish_reason": finish, "refusal": reply.get("refusal")}
+        return normal | {k: v for k, v in said.items() if v}
     raise TypeError(
         f"scripted reply must be str, dict, Fault or callable, got {type(reply).__name__}"
     )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from src.bot.formatting import Part, reply_parts
+from src.bot.outbox import Outbox
 from src.storage.delivery_repo import Delivery, DeliveryRepository
 
 
@@ -56,3 +58,19 @@ async def test_prune_keeps_what_is_recent_or_still_to_send(pool: Any) -> None:
     assert await repo.inbox_row(2) is not None
     assert await repo.reply(1) is None
     assert await repo.reply(3) is not None and await repo.reply(2) is not None
+
+
+async def test_a_reply_with_no_text_is_rejected_never_marked_sent(pool: Any) -> None:
+    """Telegram refuses an empty text: a blank reply is not sent, nor marked `sent`, so the
+    user is told (issue 41). Markdown that renders to nothing is sent as written."""
+    repo, outbox = DeliveryRepository(pool), Outbox(DeliveryRepository(pool))
+    await repo.store_updates([(1, 5, {}), (2, 5, {})], "q", "t")
+    await repo.add_reply(Delivery(1, 5, fmt="markdown"), " \n\t ")
+    reply = await repo.reply(1)
+    assert reply is not None
+    no_bot: Any = object()  # any call on it fails: nothing may be sent
+    assert await outbox.deliver(no_bot, reply) == "rejected"
+    stored = await repo.reply(1)
+    assert stored is not None and (stored.status, stored.sent_ids) == ("rejected", [])
+    assert reply_parts("```\n```", "markdown") == [Part("```\n```")]
+    assert reply_parts("```\n```", "markdown", raw_if_empty=False) == []

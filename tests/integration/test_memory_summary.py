@@ -35,10 +35,14 @@ def is_facts(request: dict[str, Any]) -> bool:
 
 
 def greedy_summary(request: dict[str, Any]) -> str:
-    """A summary model that never forgets anything: old summary plus every new line."""
+    """A summary model that forgets nothing unless told to shorten: old summary plus every
+    new line, whatever length it was asked for; asked to shorten, its newest words, as
+    many as asked for (a summary is never stored cut, so it has to shorten)."""
     prompt = request["messages"][-1]["content"]
-    if "Current summary" not in prompt:  # asked to shorten: it cannot
-        return prompt.split("Summary:\n", 1)[1].split("\n\nAnswer with")[0]
+    if "Current summary" not in prompt:
+        summary = prompt.split("Summary:\n", 1)[1].split("\n\nAnswer with")[0]
+        words = int(re.search(r"at most about (\d+) words", prompt).group(1))  # type: ignore[union-attr]
+        return " ".join(summary.split()[-words:])
     old = prompt.split("Current summary (empty at first):\n", 1)[1].split("\n\nNew messages:")[0]
     new = prompt.split("New messages:\n", 1)[1].split("\n\nRules:")[0]
     return ("" if old == "(empty)" else old + "\n") + new

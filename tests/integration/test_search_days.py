@@ -143,3 +143,25 @@ async def test_the_tool_says_it_lists_the_days_messages(runtime_factory: Any, ll
     assert "напомни" not in results[0]  # the question being answered is not listed
     assert results[1].startswith(f"The messages on {today}, 1 of them, newest first:\n")
     assert results[2] == "No messages to 2001-01-01."
+
+
+async def test_the_listing_skips_empty_tool_call_lines(runtime_factory: Any, llm: Any) -> None:
+    """Before: a turn's assistant messages that only call tools (no text) were listed as
+    empty lines, and used up the limit."""
+    rt = await runtime_factory()
+    llm.script("Хорошо.")
+    await rt.service.handle_message(PAVEL, "купил билеты в Казань")
+    view = {"tool_calls": [{"name": "view_thread", "args": {}}]}
+    llm.script(view, view, view, "Вот переписка.")
+    assert (await rt.service.handle_message(PAVEL, "покажи переписку")).ok
+    calls = [{"name": "search_history", "args": {"query": "что было сегодня?", "limit": 3}}]
+    llm.script({"tool_calls": calls}, "ok")
+    await rt.service.handle_message(PAVEL, "напомни, что было сегодня?")
+    result = [m["content"] for m in llm.last_request()["messages"] if m["role"] == "tool"][-1]
+    assert result.startswith("The messages on "), result
+    lines = result.splitlines()[1:]
+    assert [line.split(": ", 1)[1] for line in lines] == [
+        "Вот переписка.",
+        "покажи переписку",
+        "Хорошо.",
+    ], result

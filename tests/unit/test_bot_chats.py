@@ -10,6 +10,7 @@ from telegram.error import NetworkError
 from telegram.request import BaseRequest
 
 from src.bot.chats import (
+    broken_invariant,
     command_target,
     group_turn_text,
     identity_of,
@@ -127,3 +128,20 @@ def test_turn_text_strips_the_mention_and_names_the_author(factory: FakeBotAPI) 
     assert group_turn_text(message, "x") == "x"
     factory.push_photo(7, caption="  a caption  ")
     assert turn_text(last_message(factory), BOT_NAME) == "a caption"
+
+
+def test_the_updates_telegram_sends_keep_its_invariants(factory: FakeBotAPI) -> None:
+    """No false alarm: private chats, groups, anonymous administrators, channel posts,
+    edits, a group's upgrade told in both chats."""
+    factory.push_text(1, "hello")
+    factory.push_edited_text(1, "hello again")
+    factory.push_text(2, "hi all", chat_type="group", chat_id=-5)
+    anonymous = factory._message(3, chat_id=-1001, chat_type="supergroup")
+    group_chat = dict(anonymous["chat"])
+    factory.push_update({"message": anonymous | {"sender_chat": group_chat, "text": "as admin"}})
+    factory.push_channel_post(-100777, "news")
+    factory.migrate_group(-5, -1005, user_id=2, announce=True)
+    bot = Bot(TOKEN, request=NoNetwork())
+    updates = [Update.de_json(raw, bot) for raw in factory.updates]
+    assert len(updates) == 7
+    assert [broken_invariant(u) for u in updates] == [None] * 7

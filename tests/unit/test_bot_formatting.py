@@ -171,7 +171,10 @@ def test_block_quotes_and_lists() -> None:
 def test_html_and_stray_markup_are_shown_as_written() -> None:
     part = render_markdown("x<y and y>z; `git checkout <branch>`; <b>b</b> & 2 * 3")
     assert part.text == "x<y and y>z; git checkout <branch>; <b>b</b> & 2 * 3"
-    assert render_markdown("").text == "" and reply_parts("```\n\n```", "markdown") == []
+    assert render_markdown("").text == ""
+    # Rendered to nothing: sent as written (Telegram refuses an empty text), not shown live.
+    assert reply_parts("```\n\n```", "markdown") == [Part("```\n\n```")]
+    assert reply_parts("```\n\n```", "markdown", raw_if_empty=False) == []
     # A custom emoji needs a paid username: its fallback text stays, unformatted.
     assert render_markdown("![👍](tg://emoji?id=5368324170671202286)") == Part("👍")
 
@@ -241,7 +244,8 @@ def test_every_rendered_part_is_one_telegram_accepts(pieces: list[str], limit: i
     text = "".join(pieces)
     whole = render_markdown(text)
     parts = reply_parts(text, "markdown")
-    assert _squash("".join(p.text for p in parts)) == _squash(whole.text)
+    shown = whole.text if split_part(whole) else text  # as written when it renders empty
+    assert _squash("".join(p.text for p in parts)) == _squash(shown)
     for part in split_part(whole, limit):
         assert part.text.strip() and utf16_len(part.text) <= limit
         assert entities_problem(part.text, _dicts(part)) is None

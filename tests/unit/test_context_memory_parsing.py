@@ -149,7 +149,7 @@ def test_fallback_compact_without_the_model() -> None:
         {"role": "user", "content": "[Текущее время: 2025-01-01 10:05] А питание?"},
         {"role": "assistant", "content": "Больше углеводов перед стартом."},
     ]
-    compact = fallback_compact(rows, "")
+    compact = fallback_compact(rows)
     assert compact.summary == "User wrote: Хочу пробежать марафон | А питание?"
     assert compact.last_action == "Больше углеводов перед стартом."
     assert compact.repaired == "model failed"

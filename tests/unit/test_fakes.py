@@ -113,6 +113,57 @@ def test_streaming(srv: FakeOpenAI) -> None:
     assert model.invoke("y").tool_calls[0]["name"] == "f"
 
 
+def test_content_filter_answers_200_like_azure(srv: FakeOpenAI) -> None:
+    """A content filter answers 200 with `finish_reason: "content_filter"`, its content empty
+    or partial, whole or streamed; the SDK's structured parsing raises on it."""
+    filtered = {"content": "", "finish_reason": "content_filter"}
+    partial = {"content": "the first words before the filter", "finish_reason": "content_filter"}
+    srv.script(filtered, partial, partial)
+    model = llm(srv)
+    empty = model.invoke("x")
+    assert empty.content == "" and empty.response_metadata["finish_reason"] == "content_filter"
+    cut = model.invoke("y")
+    assert cut.content == partial["content"]
+    assert cut.response_metadata["finish_reason"] == "content_filter"
+    streamed = llm(srv, streaming=True).invoke("z")
+    assert streamed.content == partial["content"]
+    assert streamed.response_metadata["finish_reason"] == "content_filter"
+    srv.script(filtered)
+    client = openai.OpenAI(base_url=srv.base_url, api_key="test", max_retries=0)
+    with pytest.raises(openai.ContentFilterFinishReasonError):
+        client.chat.completions.parse(
+            model="gpt-4o-mini",
+            messages=[{"role": "user", "content": "json please"}],
+            response_format={"type": "json_object"},
+        )
+    srv.script({"content": "x", "finish_reason": "filtered"})
+    with pytest.raises(openai.InternalServerError):  # a finish reason OpenAI never sends
+        model.invoke("w")
+
+
+def test_structured_output_refusal(srv: FakeOpenAI) -> None:
+    """A refusal comes as OpenAI's Structured Outputs send it: content null, `refusal` set,
+    whole or streamed."""
+    said = "I'm sorry, I can't help with that."
+    srv.script(*[{"content": None, "refusal": said}] * 3)
+    client = openai.OpenAI(base_url=srv.base_url, api_key="test", max_retries=0)
+    parsed = client.chat.completions.parse(
+        model="gpt-4o-mini",
+        messages=[{"role": "user", "content": "json please"}],
+        response_format={"type": "json_object"},
+    )
+    message = parsed.choices[0].message
+    assert message.content is None and message.refusal == said
+    assert parsed.choices[0].finish_reason == "stop"
+    assert llm(srv).invoke("x").additional_kwargs["refusal"] == said
+    chunks = list(
+        client.chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": "y"}], stream=True
+        )
+    )
+    assert "".join(c.choices[0].delta.refusal or "" for c in chunks if c.choices) == said
+
+
 def test_usage_cached_and_missing(srv: FakeOpenAI) -> None:
     """Report cached prompt tokens when asked; report no usage at all, streamed or not."""
     srv.cached_prompt_tokens = 3

@@ -6,6 +6,7 @@ import io
 import os
 import random
 import zipfile
+from datetime import date
 
 import pytest
 
@@ -23,6 +24,8 @@ from tests.media_files import (
     encrypted_pdf_bytes,
     padded_docx_bytes,
     pdf_bytes,
+    pptx_bytes,
+    xlsx_bytes,
 )
 
 RUSSIAN = "Съешь же ещё этих мягких французских булок, да выпей чаю. Ёжик в тумане.\n"
@@ -81,10 +84,18 @@ def test_pdf_without_text_is_empty() -> None:
     assert reason(pdf_bytes(["", ""]), "scan.pdf") == "empty"
 
 
-@pytest.mark.parametrize("name", ["a.pdf", "a.docx"])
+GOOD = {
+    "a.pdf": lambda: pdf_bytes(["Hello world", "Привет"]),
+    "a.docx": lambda: docx_bytes(["a"]),
+    "a.xlsx": lambda: xlsx_bytes({"S": [["a", 1]]}),
+    "a.pptx": lambda: pptx_bytes([("T", "b")]),
+}
+
+
+@pytest.mark.parametrize("name", list(GOOD))
 def test_damaged_files_fail_only_with_document_error(name: str) -> None:
     """Cut and scribbled-over copies of a good file never raise anything else."""
-    good = pdf_bytes(["Hello world", "Привет"]) if name.endswith("pdf") else docx_bytes(["a"])
+    good = GOOD[name]()
     rng = random.Random(17)
     for _ in range(500):
         damaged = bytearray(good)
@@ -163,3 +174,90 @@ def test_csv_found_by_mime_type() -> None:
 
 def test_csv_without_a_delimiter_stays_as_text() -> None:
     assert extract_text(b"one column\nsecond row\n", "a.csv").text == "one column\nsecond row"
+
+
+# --- any text file, by its content; spreadsheets and slides (issue 41) -------------------
+
+EVERYDAY_TEXT = {
+    "config.json": '{"name": "Аня", "tags": ["a", "b"]}\n',
+    "script.py": "def main() -> None:\n    print('hi')\n",
+    "server.log": "2026-11-28 10:00:01 INFO started\n2026-11-28 10:00:02 WARN slow\n",
+    "compose.yaml": "services:\n  db:\n    image: postgres\n",
+    "feed.xml": '<?xml version="1.0"?>\n<feed><title>Новости</title></feed>\n',
+    "page.html": "<!doctype html>\n<html><body><p>Hello</p></body></html>\n",
+    "Makefile": "all:\n\tpython -m build\n",
+}
+
+
+@pytest.mark.parametrize("name", list(EVERYDAY_TEXT))
+def test_every_text_file_is_read_as_text(name: str) -> None:
+    text = EVERYDAY_TEXT[name]
+    document = extract_text(text.encode(), name, "application/octet-stream")
+    assert document == Document(text.strip("\n"), "txt", None)
+
+
+def test_text_is_known_by_content_in_any_encoding() -> None:
+    assert extract_text(RUSSIAN.encode("cp1251"), "old.log").text == RUSSIAN.strip()
+    assert extract_text(RUSSIAN.encode("utf-16"), "export.json").text == RUSSIAN.strip()
+    assert extract_text(b"key: value\n", None).text == "key: value"  # no name at all
+
+
+def test_binary_is_not_text_whatever_its_name() -> None:
+    executable = b"MZ\x90\x00\x03\x00\x00\x00" * 64
+    for name in ("program.exe", "data.json", "notes", None):
+        assert reason(executable, name) == "unsupported"
+        assert reason(random.Random(3).randbytes(4096), name) == "unsupported"
+    assert reason(b"ok\x00" * 100, "a.log") == "unsupported"  # NULs: not text
+    assert reason(b"\n \n", "a.json") == "empty"
+
+
+def test_xlsx_sheets_become_lines_of_cells() -> None:
+    sheets: dict[str, list[list[object]]] = {
+        "Budget": [["item", "cost", None], ["чай", 3.5], [None, None], ["day", date(2026, 1, 2)]],
+        "Blank": [],
+        "Notes": [[None, "second column"]],
+    }
+    document = extract_text(xlsx_bytes(sheets), "Budget.XLSX")
+    expected = "## Budget\nitem | cost\nчай | 3.5\nday | 2026-01-02\n## Notes\n | second column"
+    assert document == Document(expected, "xlsx", None)
+    mime = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+    assert extract_text(xlsx_bytes(sheets), "download", mime).text == expected
+
+
+def test_xlsx_rows_past_the_budget_are_not_read() -> None:
+    rows: list[list[object]] = [[f"row {i}"] for i in range(1000)]
+    document = extract_text(xlsx_bytes({"S": rows}), "a.xlsx", budget=TextBudget(paragraphs=10))
+    assert document.text.splitlines() == ["## S", *[f"row {i}" for i in range(9)]]
+
+
+def test_pptx_slides_with_their_tables_and_notes() -> None:
+    data = pptx_bytes(
+        [("Plan", "Ship it\nthen rest"), ("Итоги", "Рост")], [["a", "b"], ["1", "2"]], "say hi"
+    )
+    document = extract_text(data, "deck.pptx")
+    expected = (
+        "## Slide 1\nPlan\nShip it\nthen rest\nNotes: say hi\n"
+        "## Slide 2\nИтоги\nРост\n## Slide 3\na | b\n1 | 2"
+    )
+    assert document == Document(expected, "pptx", None)
+
+
+@pytest.mark.parametrize("name", ["a.xlsx", "a.pptx"])
+def test_bad_spreadsheets_and_slides(name: str) -> None:
+    assert reason(os.urandom(2048), name) == "broken"
+    assert reason(docx_bytes(["a Word file, misnamed"]), name) == "broken"
+    ole = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(504) + "EncryptionInfo".encode("utf-16-le")
+    assert reason(ole + bytes(1024), name) == "encrypted"
+    empty = xlsx_bytes({"S": []}) if name == "a.xlsx" else pptx_bytes([("", "")])
+    assert reason(empty, name) == "empty"
+
+
+def test_a_spreadsheet_unzipping_past_the_limit_is_too_big() -> None:
+    out = io.BytesIO(xlsx_bytes({"S": [["a"]]}))
+    with (
+        zipfile.ZipFile(out, "a", compression=zipfile.ZIP_DEFLATED) as archive,
+        archive.open("xl/media/padding.bin", "w", force_zip64=True) as entry,
+    ):
+        for _ in range(MAX_DOCX_UNZIPPED // (1 << 20) + 1):
+            entry.write(bytes(1 << 20))
+    assert reason(out.getvalue(), "bomb.xlsx") == "too_big"

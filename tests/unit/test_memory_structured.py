@@ -10,11 +10,15 @@ import sys
 import httpx
 import openai
 import pytest
+from langchain_core.exceptions import ModelRefusalError
+from langchain_core.messages import AIMessage
 from langchain_openai import ChatOpenAI
 
 from src.cli.logging_setup import OneLineFormatter, RedactSecrets, one_line_logs
+from src.graph.memory.errors import is_outage, is_refusal, raise_on_refusal
 from src.graph.memory.facts import read_facts
 from src.graph.memory.facts_salvage import complete_items
+from src.graph.memory.folds import Backoff
 from src.graph.memory.structured import endpoint_of, refuses_format
 from tests.fakes.openai_server import unknown_format
 
@@ -112,3 +116,46 @@ def test_one_line_logs_only_without_debug() -> None:
         assert isinstance(handler.formatter, OneLineFormatter)
     finally:
         root.handlers, root.level = handlers, level
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        AIMessage("Summary so", response_metadata={"finish_reason": "content_filter"}),
+        AIMessage("", additional_kwargs={"refusal": "I can't help with that."}),
+        AIMessage([{"type": "refusal", "refusal": "No."}]),
+    ],
+    ids=["content-filter", "refusal-field", "refusal-block"],
+)
+def test_a_refusal_is_a_refusal_however_said(answer: AIMessage) -> None:
+    with pytest.raises(ModelRefusalError) as caught:
+        raise_on_refusal(answer)
+    assert is_refusal(caught.value)
+
+
+def test_answers_and_errors_that_are_no_refusal() -> None:
+    fine = AIMessage("A summary.", response_metadata={"finish_reason": "stop"})
+    assert raise_on_refusal(fine) is fine
+    assert is_refusal(status_error(400, {"error": {"message": "flagged"}}))
+    assert not is_refusal(status_error(500, {"error": {"message": "down"}}))
+    assert not is_refusal(status_error(429, {"error": {"message": "slow down"}}))
+
+
+def test_an_endpoint_that_answers_again_ends_the_wait_of_its_outage_only() -> None:
+    now = [0.0]
+    backoff = Backoff(base=5.0, clock=lambda: now[0])
+    for _ in range(7):
+        backoff.failed("down", "http://a/v1")
+    backoff.failed("elsewhere", "http://b/v1")
+    backoff.failed("too long")  # not the endpoint's fault
+    now[0] = 3.0
+    assert backoff.waiting("down") and backoff.waiting("too long")
+    backoff.endpoint_up("http://a/v1")
+    assert not backoff.waiting("down")
+    assert backoff.waiting("elsewhere") and backoff.waiting("too long")
+    assert is_outage(status_error(503, {"error": {"message": "down"}}))
+    assert is_outage(status_error(429, {"error": {"message": "slow down"}}))
+    assert is_outage(openai.APITimeoutError(httpx.Request("POST", "http://a/v1")))
+    assert not is_outage(status_error(400, {"error": {"message": "flagged"}}))
+    assert not is_outage(status_error(401, {"error": {"message": "bad key"}}))
+    assert not is_outage(ValueError("the summary stayed over its budget"))

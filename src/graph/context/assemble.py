@@ -67,7 +67,7 @@ def _squeezed(
         return SystemMessage(f"{base.text}\n\n{memory_section([whole])}"), notice
     told = "\n\n".join(p for p in (notice, prompts.SUMMARY_CUT_NOTE) if p)
     room -= counter.count(prompts.SUMMARY_CUT_NOTE) + 2
-    section = summary_section(summary, room, counter, newest=True) if room > 0 else ""
+    section = summary_section(summary, room, counter) if room > 0 else ""
     if not section:
         if whole:
             logger.error("no room for the running summary beside the current message")

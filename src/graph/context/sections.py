@@ -39,13 +39,40 @@ _TYPE_LABELS = {
     "hypothesis": "[hypothesis] ",
     "constraint": "[constraint] ",
 }
-# Anything that looks like the section's own tags, inside the data: `< / memory >` etc.
-_TAG = re.compile(r"<\s*(/?)\s*memory\s*>", re.IGNORECASE)
+# Anything that looks like the section's own tags, inside the data: `< / memory >`, the
+# same with invisible characters inside (zero-width, soft hyphen, bidi controls, variation
+# selectors, tag characters: what NFKC or a model's tokenizer ignores), in full-width or
+# small-form brackets, slash and letters, or with Cyrillic and Greek look-alike letters.
+_HIDDEN = (
+    r"[\s\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f"
+    r"\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0"
+    r"\U000e0000-\U000e007f\U000e0100-\U000e01ef]*"
+)
+_LOOKALIKES = {
+    "<": "<\uff1c\ufe64",
+    "/": "/\uff0f\u2215\u2044",
+    "m": "m\uff4d\u043c",
+    "e": "e\uff45\u0435",
+    "o": "o\uff4f\u043e\u03bf",
+    "r": "r\uff52",
+    "y": "y\uff59\u0443",
+    ">": ">\uff1e\ufe65",
+}
+
+
+def _like(chars: str) -> str:
+    return _HIDDEN.join(f"[{_LOOKALIKES[c]}]" for c in chars)
+
+
+_TAG = re.compile(
+    f"{_like('<')}{_HIDDEN}({_like('/')})?{_HIDDEN}{_like('memory')}{_HIDDEN}{_like('>')}",
+    re.IGNORECASE,
+)
 
 
 def defuse(text: str) -> str:
     """Return data text that cannot open or close the memory section."""
-    return _TAG.sub(lambda m: f"‹{m.group(1)}memory›", text)
+    return _TAG.sub(lambda m: f"‹{'/' if m.group(1) else ''}memory›", text)
 
 
 def needs_objectivity(text: str, mode: str) -> bool:
@@ -141,15 +168,20 @@ def compacts_section(
     return text if lines else ""
 
 
-def summary_section(summary: str, budget: int, counter: TokenCounter, newest: bool = False) -> str:
-    """Return the running summary under its header, cut on a sentence to `budget` (with
-    `newest`, its newest part is kept: what was folded last)."""
+def summary_section(summary: str, budget: int, counter: TokenCounter) -> str:
+    """Return the running summary under its header within `budget`.
+
+    Cut, it keeps its newest part (from a sentence): what was folded last, which has
+    just left the window, and a line under the header says the oldest part is left out.
+    """
     summary = defuse((summary or "").strip())
     if not summary:
         return ""
     header = prompts.SUMMARY_HEADER
-    cut = truncate_start if newest else truncate_text
-    text = cut(summary, budget - counter.count(header) - 2, counter)
+    if counter.count(summary) <= budget - counter.count(header) - 2:
+        return header + "\n" + summary
+    header += "\n" + prompts.SUMMARY_CUT_LINE
+    text = truncate_start(summary, budget - counter.count(header) - 2, counter)
     return header + "\n" + text if text else ""
 
 
@@ -159,10 +191,11 @@ def system_sections(
     """Return the prompt's memory parts, each within its layer's budget.
 
     `summary` shares BUDGET_SUMMARY with `previous`: previous conversations get at most
-    a third of it, the running summary the rest. Every compact in the state belongs to a
-    session that has ended, this conversation's earlier sessions included. `soft` (the
-    user's preferences and hypotheses, or the note that an objective request leaves them
-    out) is sent after the current message, not in the system prompt.
+    a third of it, the running summary the rest (cut, its newest part: `summary_section`).
+    Every compact in the state belongs to a session that has ended, this conversation's
+    earlier sessions included. `soft` (the user's preferences and hypotheses, or the note
+    that an objective request leaves them out) is sent after the current message, not in
+    the system prompt.
     """
     objective = needs_objectivity(state.get("input_text", ""), settings.facts_objective_mode)
     compacts = list(state.get("compacts") or [])[: settings.compacts_in_prompt]

@@ -65,7 +65,9 @@ async def store_and_mark(
     """Store facts and mark the messages `marked` in one transaction; return facts stored.
 
     Nothing is stored or marked when the owner's memory was deleted from since the work
-    started (its epoch, see epoch.py): the messages it read came before the delete.
+    started (its epoch, see epoch.py), or when a message it read does not wait for
+    extraction any more (/forget, a delete, another extraction took it): both checked,
+    and held, in the transaction that writes.
     """
     if not facts and not marked:
         return 0
@@ -73,6 +75,16 @@ async def store_and_mark(
         if not await still_holds(conn, started(batch.owner_id)):
             logger.info(
                 "facts of %s from messages %s dropped: memory was deleted meanwhile",
+                batch.owner_id,
+                batch.ids,
+            )
+            return 0
+        pending = await deps.conversations.lock_facts_pending(
+            batch.conversation_id, batch.ids, conn
+        )
+        if len(pending) != len(set(batch.ids)):
+            logger.info(
+                "facts of %s from messages %s dropped: not all of them wait any more",
                 batch.owner_id,
                 batch.ids,
             )

@@ -9,7 +9,10 @@ fold goes on and commits (its write is guarded, see ConversationRepository.fold_
 The next fold takes everything due by then: a slower model gets a larger batch.
 
 After a transient failure (5xx, timeout) a conversation's memory work waits before it is
-tried again, doubling from MEMORY_RETRY_SECONDS up to 64 times that.
+tried again, doubling from MEMORY_RETRY_SECONDS up to 64 times that. An outage of the
+endpoint (it was down, not the input) ends as soon as the endpoint answers again: the
+chat model's reply on the same base URL, or a memory call (`Backoff.endpoint_up`), so the
+backlog folds within a turn or two instead of minutes later.
 """
 
 from __future__ import annotations
@@ -31,23 +34,31 @@ class Backoff:
 
     base: float = 5.0
     clock: Callable[[], float] = time.monotonic
-    _failures: dict[Hashable, tuple[int, float]] = field(default_factory=dict)
+    _failures: dict[Hashable, tuple[int, float, str | None]] = field(default_factory=dict)
 
     def waiting(self, key: Hashable) -> bool:
         """Tell whether `key`'s work should not be tried yet."""
         entry = self._failures.get(key)
         return entry is not None and self.clock() < entry[1]
 
-    def failed(self, key: Hashable) -> float:
-        """Record a transient failure; return the seconds until the next try."""
-        count = self._failures.get(key, (0, 0.0))[0] + 1
+    def failed(self, key: Hashable, endpoint: str | None = None) -> float:
+        """Record a transient failure; return the seconds until the next try.
+
+        `endpoint`: the base URL that was down (not the input's fault): the wait ends
+        when it answers again (`endpoint_up`)."""
+        count = self._failures.get(key, (0, 0.0, None))[0] + 1
         delay = self.base * 2 ** min(count - 1, MAX_DOUBLINGS)
-        self._failures[key] = (count, self.clock() + delay)
+        self._failures[key] = (count, self.clock() + delay, endpoint)
         return delay
 
     def succeeded(self, key: Hashable) -> None:
         """Forget `key`'s failures."""
         self._failures.pop(key, None)
+
+    def endpoint_up(self, endpoint: str) -> None:
+        """Forget the failures of every key whose endpoint was down: it answered again."""
+        for key in [k for k, entry in self._failures.items() if entry[2] == endpoint]:
+            del self._failures[key]
 
 
 @dataclass

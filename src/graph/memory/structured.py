@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import openai
+from langchain_core.exceptions import ModelRefusalError
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 
-from src.graph.memory.errors import describe, status_of
+from src.graph.memory.errors import answer_of, describe, raise_on_refusal, status_of
 from src.graph.output_caps import was_cut
 
 logger = logging.getLogger(__name__)
@@ -132,6 +133,10 @@ async def _ask_structured(
         raise CutAnswer(_cut_text(exc)) from exc
     out = out if isinstance(out, dict) else {"raw": out, "parsed": None}
     raw = out["raw"]
+    if isinstance(raw, BaseMessage):
+        raise_on_refusal(raw)
+    if isinstance(out.get("parsing_error"), ModelRefusalError):
+        raise out["parsing_error"]  # langchain read a refusal: not a parsing problem
     text = raw.text if isinstance(raw, BaseMessage) else str(raw or "")
     if isinstance(raw, BaseMessage) and was_cut(raw):
         raise CutAnswer(text)  # a parser would "repair" the cut JSON: never trust it
@@ -181,7 +186,7 @@ class JsonAnswers:
                 if not refuses_format(exc):
                     raise
                 mode = self._demote(key, mode, exc)
-        answer = await model.ainvoke(list(messages), config)
+        answer = await answer_of(model, messages, config)
         if was_cut(answer):
             raise CutAnswer(answer.text)
         return load_json(answer.text), answer.text

@@ -6,8 +6,11 @@ marked summarized unless its content survived:
 - a message longer than a call's share is read whole, in parts, each part a call that
   extends the summary the previous part made; the messages are marked once the last
   part is folded;
-- a summary over its budget (or cut at the output cap) is asked for again, shorter; if
-  it is still too long, its oldest part is cut, never its newest;
+- a summary over its budget (or cut at the output cap) is asked for again, shorter, up
+  to SHORTER_TRIES times; still too long, it is never cut (a cut could drop the batch
+  just folded, wherever the model wrote it): the batch is split in halves and each
+  folded on its own, and a single message whose fold does not fit stays unfolded
+  (SummaryTooLong, retried later like a model error);
 - the stored summary and the marks commit together, guarded: a fold whose summary or
   messages changed since it read them (another process folded them, /forget) commits
   nothing;
@@ -26,11 +29,11 @@ from langchain_core.messages import HumanMessage, SystemMessage
 
 from src.config import Settings
 from src.graph import prompts
-from src.graph.context.budget import Layers, split_text, truncate_start
+from src.graph.context.budget import Layers, split_text
 from src.graph.context.render import row_tokens, transcript_line
 from src.graph.deps import GraphDeps
 from src.graph.memory.epoch import started
-from src.graph.memory.errors import is_refusal
+from src.graph.memory.errors import answer_of, is_refusal
 from src.graph.memory.window import LAG_FACTOR, WindowRule, due, window_count, window_size
 from src.graph.model_calls import call_config
 from src.graph.output_caps import summary_tokens, was_cut, with_output_cap
@@ -45,11 +48,18 @@ MAX_ROUNDS = 3
 PROMPT_RESERVE = 600
 # What stands in the summary for a message the memory model refused.
 REFUSED_PLACEHOLDER = "[a message the memory model refused]"
+# Times a summary over its budget is asked for again, each time in half the words.
+SHORTER_TRIES = 2
 
 Row = dict[str, Any]
 # The key of a squash summary row under which `Fold.standing_in` puts the originals the
 # summarizer reads in its stead.
 ORIGINALS = "originals"
+
+
+class SummaryTooLong(ValueError):
+    """The summary model's summary stayed over its budget, asked again shorter: nothing
+    of it is stored (cutting it could drop what was just folded)."""
 
 
 @dataclass(frozen=True)
@@ -135,7 +145,7 @@ async def _ask_summary(
     """Ask the summary model; return its text and whether it was cut at the cap."""
     model = with_output_cap(deps.summary_model, cap)
     messages = [SystemMessage(prompts.SUMMARIZER_SYSTEM), HumanMessage(prompt)]
-    answer = await model.ainvoke(messages, call_config("summary", owner))
+    answer = await answer_of(model, messages, call_config("summary", owner))
     return answer.text.strip(), was_cut(answer)
 
 
@@ -148,8 +158,8 @@ async def update_summary(
 ) -> str:
     """Return the running summary extended with `conversation`, within its budget.
 
-    Over the budget (or cut at the output cap), the model is asked once more for a
-    shorter one; still over, the oldest part is cut (on a sentence).
+    Over the budget (or cut at the output cap), the model is asked for a shorter one, up
+    to SHORTER_TRIES times in half the words each; still over, SummaryTooLong.
     """
     limits = limits or summary_limits(deps.settings)
     strategy = deps.settings.summary_strategy
@@ -165,14 +175,19 @@ async def update_summary(
     text, cut = await _ask_summary(deps, prompt, cap, owner)
     if not text:
         raise ValueError("the summarizer returned an empty summary")
-    if cut or deps.counter.count(text) > limits.summary:
-        again = prompts.SUMMARY_SHORTER.format(words=max(15, words // 2), summary=text)
+    for _ in range(SHORTER_TRIES):
+        if not cut and deps.counter.count(text) <= limits.summary:
+            return text
+        words = max(10, words // 2)
+        again = prompts.SUMMARY_SHORTER.format(words=words, summary=text)
         shorter, cut_again = await _ask_summary(deps, again, cap, owner)
         if shorter and not cut_again and deps.counter.count(shorter) < deps.counter.count(text):
-            text = shorter
-        if deps.counter.count(text) > limits.summary:
-            logger.warning("summary over its budget after asking again: its oldest part is cut")
-            text = truncate_start(text, limits.summary, deps.counter)
+            text, cut = shorter, False
+    if cut or deps.counter.count(text) > limits.summary:
+        raise SummaryTooLong(
+            f"the summary stayed over its budget ({deps.counter.count(text)} tokens of"
+            f" {limits.summary}) after asking {SHORTER_TRIES} times for a shorter one"
+        )
     return text
 
 
@@ -191,7 +206,9 @@ class Fold:
         them changed).
 
         A refusal is narrowed down by halves to the refused message, which is folded as
-        a placeholder; transient errors propagate with nothing more marked.
+        a placeholder; a summary that does not fit is folded again in halves. Transient
+        errors (and a single message whose fold does not fit) propagate with nothing
+        more marked.
         """
         folded = 0
         rows = await self.standing_in(rows)
@@ -201,6 +218,14 @@ class Fold:
                 text = summary
                 for segment in segments:
                     text = await update_summary(self.deps, text, segment, self.limits, self.owner)
+            except SummaryTooLong:
+                if len(taken) < 2:
+                    raise
+                logger.info("summary of %s over its budget: folded in halves", self.conversation_id)
+                half = len(taken) // 2
+                summary, first = await self.rows(summary, taken[:half])
+                summary, second = await self.rows(summary, taken[half:])
+                folded += first + second
             except Exception as exc:
                 if not is_refusal(exc):
                     raise
