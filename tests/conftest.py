@@ -21,9 +21,16 @@ from tests.fakes.memory_model import MEMORY_MODEL, memory_reply
 from tests.fakes.openai_server import FakeOpenAI
 
 
+E2E = Path(__file__).parent / "e2e"
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the slow tests first: spread over the workers early, they end with the rest
-    instead of after it (the longest takes minutes alone)."""
+    """Mark the quick loop (`pytest -m quick`: the unit and integration tests that are not
+    slow), then run the slow tests first: spread over the workers early, they end with
+    the rest instead of after it (the longest takes minutes alone)."""
+    for item in items:
+        if item.get_closest_marker("slow") is None and E2E not in item.path.parents:
+            item.add_marker(pytest.mark.quick)
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
