@@ -20,7 +20,6 @@ from src.storage.pg_client import make_pool
 from tests.fakes.memory_model import MEMORY_MODEL, memory_reply
 from tests.fakes.openai_server import FakeOpenAI
 
-
 E2E = Path(__file__).parent / "e2e"
 
 
