@@ -6,7 +6,7 @@ thread's last checkpoint and, for a Telegram update run again, the message it st
 before (`send_turn_start`). Before the model call: the owner's row (seed 000's counter),
 the conversation (running summary, messages awaiting fact extraction), the last stored
 messages, the oldest unsummarized ones, the facts and the compacts of previous sessions
-(`read_turn`). Each round's
+(`read_turn`, from one snapshot). Each round's
 reads are independent: they are sent together in pipeline mode and their results read
 back after one sync, over one pool checkout. The statements are the repositories' own
 (the checkpoint's, the saver's).
@@ -14,6 +14,7 @@ back after one sync, over one pool checkout. The statements are the repositories
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -31,6 +32,10 @@ from src.storage.memory_repo import GROUP, SELECT_FACTS, SELECT_TOPIC_COMPACTS
 from src.storage.users_repo import SELECT_USER, UPSERT_USER, upsert_params
 
 Row = dict[str, Any]
+
+# A turn's reads see one snapshot (see `read_turn`).
+BEGIN_ONE_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+COMMIT = "COMMIT"
 
 
 @dataclass(frozen=True)
@@ -118,17 +123,33 @@ async def read_turn(
     """Read a turn's inputs over `conn` in one round trip (see the module's doc). The
     facts are the owner's own and, in a group, the writing `member`'s: never another
     member's."""
-    async with conn.pipeline():
-        cursors = [
-            await conn.execute(SELECT_USER, (owner_id,)),
-            await conn.execute(SELECT_CONVERSATION_WITH_PENDING, (facts_every, conversation_id)),
-            await conn.execute(LOAD_LAST_MESSAGES, (conversation_id, max(messages, 0))),
-            await conn.execute(SELECT_FACTS, (owner_id, [GROUP, member], max(facts, 0))),
-            await conn.execute(
-                SELECT_TOPIC_COMPACTS, (owner_id, conversation_id, max(compacts, 0))
-            ),
-            await conn.execute(SELECT_UNSUMMARIZED, (conversation_id, max(lag, 0))),
-        ]
+    # One snapshot: the running summary and the marks of the messages it folded are
+    # committed together, and must be read together. Each statement of an autocommit
+    # pipeline sees what committed before it started, so a fold committing between the
+    # conversation's read and the messages' left a message marked folded beside the
+    # summary from before the fold: in neither the request nor its summary. BEGIN and
+    # COMMIT go in the pipeline: psycopg's transaction() would sync after each.
+    try:
+        async with conn.pipeline():
+            await conn.execute(BEGIN_ONE_SNAPSHOT)
+            cursors = [
+                await conn.execute(SELECT_USER, (owner_id,)),
+                await conn.execute(
+                    SELECT_CONVERSATION_WITH_PENDING, (facts_every, conversation_id)
+                ),
+                await conn.execute(LOAD_LAST_MESSAGES, (conversation_id, max(messages, 0))),
+                await conn.execute(SELECT_FACTS, (owner_id, [GROUP, member], max(facts, 0))),
+                await conn.execute(
+                    SELECT_TOPIC_COMPACTS, (owner_id, conversation_id, max(compacts, 0))
+                ),
+                await conn.execute(SELECT_UNSUMMARIZED, (conversation_id, max(lag, 0))),
+            ]
+            await conn.execute(COMMIT)
+    except BaseException:
+        # A failed read leaves its transaction open (the pool would roll it back too).
+        with contextlib.suppress(Exception):
+            await conn.rollback()
+        raise
     # Read once the pipeline is synced: a read inside it would cost a round trip more.
     user = await cursors[0].fetchone()
     conversation = await cursors[1].fetchone()

@@ -14,6 +14,8 @@ import pytest
 
 from src.graph import prompts
 from src.services.agent_service import Identity
+from src.storage.conversation_repo import ConversationRepository
+from src.storage.turn_reads import read_turn
 from tests.fakes.memory_model import MEMORY_MODEL, memory_reply, section, transcript
 from tests.fakes.openai_server import Fault, message_text
 from tests.memory_ledger import TOKEN, Ledger
@@ -323,3 +325,40 @@ async def test_two_processes_never_fold_the_same_batch_twice(fresh_schema: str, 
             await rt.close()
         for p in pools:
             await p.close()
+
+
+async def test_a_turn_reads_the_summary_and_its_marks_from_one_snapshot(pool: Any) -> None:
+    """Found by the property test under load: a turn read the running summary, then, some
+    statements later in the same pipeline, the unsummarized messages. A fold committing
+    in between left a message marked folded while the request carried the summary from
+    before it: in neither. Here the read is held halfway (a lock on `facts`, read between
+    the two) while a fold commits."""
+    repo = ConversationRepository(pool)
+    owner = next(OWNERS)
+    conv = await repo.get_or_create_conversation(owner)
+    rows = [await repo.append_message(conv, "user", f"u{i}") for i in (1, 2, 3)]
+    async with pool.connection() as blocker, pool.connection() as conn:
+        await blocker.execute("BEGIN")
+        await blocker.execute("LOCK TABLE facts IN ACCESS EXCLUSIVE MODE")
+        read = asyncio.create_task(
+            read_turn(conn, owner, conv, messages=1, facts_every=1, facts=5, compacts=1, lag=9)
+        )
+        deadline = asyncio.get_running_loop().time() + 10
+        while not await waits_for_facts(blocker):
+            assert asyncio.get_running_loop().time() < deadline, "the read never reached facts"
+            await asyncio.sleep(0.01)
+        assert await repo.fold_summary(conv, "", "user: u1", [rows[0]["id"]])
+        await blocker.execute("COMMIT")  # the lock goes: the read goes on
+        reads = await read
+    assert reads.conversation is not None
+    shown = {r["content"] for r in [*reads.unsummarized, *reads.messages]}
+    assert "u1" in reads.conversation["summary"] or "u1" in shown, (reads.conversation, shown)
+
+
+async def waits_for_facts(conn: Any) -> bool:
+    """Say whether some session waits for a lock on the `facts` table."""
+    cur = await conn.execute(
+        "SELECT count(*) AS n FROM pg_locks WHERE NOT granted AND relation = 'facts'::regclass"
+    )
+    row = await cur.fetchone()
+    return bool(row and row["n"])

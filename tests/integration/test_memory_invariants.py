@@ -148,7 +148,11 @@ class Run:
             # While the memory model keeps failing, a turn that could neither carry nor
             # fold its backlog says how many messages it leaves out (docs/memory.md):
             # declared, never silent, and never once the model is back (checked at the end).
-            declared = NOTICE.search(message_text(request["messages"][-1]))
+            # The notice follows the current message: the last user message of the
+            # request, which a tool round's later calls follow with the model's calls
+            # and the tools' results.
+            current = [m for m in request["messages"] if m.get("role") == "user"][-1]
+            declared = NOTICE.search(message_text(current))
             allowed = int(declared.group(1)) if declared and self.may_declare else 0
             self.declared += bool(declared)
             assert len(missing) <= allowed, (missing, allowed, sorted(shown), sorted(folded))
@@ -180,6 +184,23 @@ class Run:
 async def test_every_request_carries_every_message_or_its_summary(
     runtime_factory: Any, llm: Any, pool: Any, ops: list[tuple[Any, ...]]
 ) -> None:
+    await drive(runtime_factory, llm, pool, ops)
+
+
+async def test_a_notice_is_read_where_it_is_in_a_tool_round(
+    runtime_factory: Any, llm: Any, pool: Any
+) -> None:
+    """Found by the property test: while the memory model failed, the turn after a long
+    message left it out and said so, after the current message; the model then called a
+    tool (the `compress_range` scripted for a /compress that found nothing to compress),
+    and the request after the tool's result, which ends with that result, was taken for
+    one that left a message out silently."""
+    ops = [("long",), ("fail", 4), ("/compress",), ("long",), ("turn",)]
+    await drive(runtime_factory, llm, pool, ops)
+
+
+async def drive(runtime_factory: Any, llm: Any, pool: Any, ops: list[tuple[Any, ...]]) -> None:
+    """Run `ops` on a new owner, checking every chat request, then the end state."""
     llm.reset()
     ledger = Ledger()
     llm.default_reply = "ok"
