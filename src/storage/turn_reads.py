@@ -20,6 +20,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from psycopg.pq import TransactionStatus
+
 from src.storage.checkpoint_rows import SELECT_OWNERS_LATEST_ID
 from src.storage.conversation_repo import (
     LOAD_LAST_MESSAGES,
@@ -128,10 +130,14 @@ async def read_turn(
     # pipeline sees what committed before it started, so a fold committing between the
     # conversation's read and the messages' left a message marked folded beside the
     # summary from before the fold: in neither the request nor its summary. BEGIN and
-    # COMMIT go in the pipeline: psycopg's transaction() would sync after each.
+    # COMMIT go in the pipeline: psycopg's transaction() would sync after each. Inside a
+    # transaction of the caller's (a replay's sandbox), its snapshot and its end are the
+    # caller's: a BEGIN there is refused, a rollback would undo the caller's work.
+    own = conn.info.transaction_status == TransactionStatus.IDLE
     try:
         async with conn.pipeline():
-            await conn.execute(BEGIN_ONE_SNAPSHOT)
+            if own:
+                await conn.execute(BEGIN_ONE_SNAPSHOT)
             cursors = [
                 await conn.execute(SELECT_USER, (owner_id,)),
                 await conn.execute(
@@ -144,11 +150,13 @@ async def read_turn(
                 ),
                 await conn.execute(SELECT_UNSUMMARIZED, (conversation_id, max(lag, 0))),
             ]
-            await conn.execute(COMMIT)
+            if own:
+                await conn.execute(COMMIT)
     except BaseException:
         # A failed read leaves its transaction open (the pool would roll it back too).
-        with contextlib.suppress(Exception):
-            await conn.rollback()
+        if own:
+            with contextlib.suppress(Exception):
+                await conn.rollback()
         raise
     # Read once the pipeline is synced: a read inside it would cost a round trip more.
     user = await cursors[0].fetchone()
