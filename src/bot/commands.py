@@ -20,8 +20,10 @@ from telegram.error import BadRequest, TelegramError
 from telegram.ext import ApplicationHandlerStop, ContextTypes
 
 from src.bot.chats import identity_of, is_anonymous_admin, is_private, topic_of
+from src.bot.rights import author_role, presser_role, turn_identity
 from src.bot.sending import reply_text, typing
 from src.bot.state import BotState, state_of
+from src.graph.rights import Action, may
 from src.graph.timestamps import own_zone
 from src.services.agent_service import Identity
 from src.services.texts import t
@@ -53,24 +55,25 @@ async def say(message: Message, text: str) -> None:
     await reply_text(message, text, quote=not is_private(message))
 
 
-async def may_change_chat(message: Message, context: Context) -> bool:
-    """Tell whether the author may wipe or rewrite this chat's memory: anyone in a private
-    chat; in a group, its administrators only (an anonymous one writes as the group)."""
-    if is_private(message) or is_anonymous_admin(message):
-        return True
-    user = message.from_user
-    return user is not None and await state_of(context).group_admins.is_admin(
-        context.bot, message.chat_id, user.id
-    )
+async def may_change_chat(
+    message: Message, context: Context, action: Action = Action.CHANGE_CHAT
+) -> bool:
+    """Tell whether the author may do `action` in this chat (src/graph/rights.py: anyone
+    in a private chat; in a group, its administrators only, an anonymous one writing as
+    the group; the model's tools ask the same table)."""
+    role = await author_role(state_of(context), context.bot, message)
+    return may(role, action)
 
 
-async def may_change_memory(message: Message, context: Context) -> bool:
-    """Tell whether the author may wipe or rewrite this chat's memory; if not, say so
-    (see `may_change_chat`)."""
-    if await may_change_chat(message, context):
+async def may_change_memory(
+    message: Message, context: Context, action: Action = Action.CHANGE_CHAT
+) -> bool:
+    """Tell whether the author may do `action` in this chat; if not, say so (see
+    `may_change_chat`)."""
+    if await may_change_chat(message, context, action):
         return True
     user = message.from_user
-    logger.info("user %s is not an administrator of chat %s", user and user.id, message.chat_id)
+    logger.info("user %s may not %s in chat %s", user and user.id, action.value, message.chat_id)
     await say(message, t("group_admins_only", lang_of_message(message)))
     return False
 
@@ -143,10 +146,11 @@ async def cmd_compress(update: Update, context: Context) -> None:
     message, state = message_of(update), state_of(context)
     focus = " ".join(context.args or []).strip() or None
     async with state.order.hold(message.chat_id):
-        if not await may_change_memory(message, context):
+        if not await may_change_memory(message, context, Action.COMPRESS):
             return
         async with typing(message):
-            result = await state.service.compress(identity_of(message), focus)
+            identity = await turn_identity(state, context.bot, message)
+            result = await state.service.compress(identity, focus)
             await say(message, result.reply)
 
 
@@ -249,23 +253,22 @@ def model_buttons(choices: list[str], current: str) -> InlineKeyboardMarkup:
 
 
 async def pressing_owner(
-    state: BotState, bot: Bot, query: CallbackQuery, admin: bool = True
+    state: BotState, bot: Bot, query: CallbackQuery, action: Action | None = Action.CHANGE_CHAT
 ) -> Identity | None:
     """Return whose memory a button press acts on: the user's in a private chat, the
-    group's in a group; None when it changes a group's and the presser is not one of
-    its administrators (`admin`)."""
+    group's in a group; None when the presser may not do `action` there (in a group, a
+    plain member: src/graph/rights.py) or presses in someone else's private chat."""
     user, message = query.from_user, query.message
     lang = user.language_code
-    if message is None:
+    role = await presser_role(state, bot, query) if message is not None else None
+    if message is None or role is None:
+        return None
+    if action is not None and not may(role, action):
         return None
     chat = message.chat
     if chat.type == ChatType.PRIVATE:
-        return (
-            Identity(user.id, user.username, user.first_name, lang) if chat.id == user.id else None
-        )
-    if not admin or await state.group_admins.is_admin(bot, chat.id, user.id):
-        return Identity(chat.id, chat.username, chat.title, lang)
-    return None
+        return Identity(user.id, user.username, user.first_name, lang, role=role)
+    return Identity(chat.id, chat.username, chat.title, lang, role=role)
 
 
 async def model_pressed(state: BotState, bot: Bot, query: CallbackQuery) -> None:

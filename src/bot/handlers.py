@@ -41,6 +41,7 @@ from src.bot.media import (
 )
 from src.bot.outbox import TOPIC_GONE
 from src.bot.replies import said_text
+from src.bot.rights import turn_identity
 from src.bot.sending import reply_text, typing
 from src.bot.state import BotState, state_of
 from src.services.agent_service import DB_ERRORS
@@ -256,7 +257,8 @@ async def answer(
     delivery = delivery_of(update, message, state)
     limit = state.settings.max_input_chars
     said = said_text(message, text, context.bot.id, limit) if text else ""
-    identity = identity_of(message)
+    # The author's rights travel with the turn: its tools ask them (src/graph/rights.py).
+    identity = await turn_identity(state, context.bot, message)
     waited = (datetime.now(UTC) - message.date).total_seconds()
     if waited > state.settings.turn_wait_limit:
         # Kept in the history for later turns, but too stale to answer now.

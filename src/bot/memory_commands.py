@@ -26,7 +26,9 @@ from src.bot.commands import (
     say,
 )
 from src.bot.memory_view import COMPACT, FACT, memory_page, parse_press
+from src.bot.rights import presser_role
 from src.bot.state import BotState, state_of
+from src.graph.rights import Action, may
 from src.services.agent_service import Identity
 from src.services.texts import t
 
@@ -154,10 +156,9 @@ async def _delete_item(
 
 
 async def _admin(state: BotState, bot: Bot, query: CallbackQuery) -> bool:
-    """Tell whether the presser administers the group the button is in."""
-    message = query.message
-    chat_id = message.chat.id if message is not None else 0
-    return await state.group_admins.is_admin(bot, chat_id, query.from_user.id)
+    """Tell whether the presser may change the group's memory where the button is
+    (src/graph/rights.py: its administrators)."""
+    return may(await presser_role(state, bot, query), Action.CHANGE_CHAT)
 
 
 MEMORY_COMMANDS = {"memory": cmd_memory}

@@ -24,6 +24,7 @@ from src.bot.commands import (
     say,
 )
 from src.bot.state import BotState, state_of
+from src.graph.rights import Action
 from src.graph.timestamps import own_zone, owner_zone, zone_named
 from src.services.texts import t
 from src.storage.tasks_repo import TaskRepository
@@ -59,7 +60,7 @@ async def cmd_tz(update: Update, context: Context) -> None:
     if found is None:
         await say(message, t("tz_unknown", lang, zone=wanted[:60]))
         return
-    if not await may_change_memory(message, context):
+    if not await may_change_memory(message, context, Action.TIMEZONE):
         return
     await users.set_timezone(owner, found.key)
     if state.service.deps.budget is not None:
@@ -118,7 +119,7 @@ async def task_pressed(state: BotState, bot: Bot, query: CallbackQuery) -> None:
     """A press of a /tasks cancel button: cancel that task of the chat's owner (in a
     group, an administrator only) and show the list again."""
     lang = query.from_user.language_code
-    identity = await pressing_owner(state, bot, query)
+    identity = await pressing_owner(state, bot, query, Action.TASKS)
     if identity is None:
         await query.answer(t("group_admins_only", lang))
         return

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from src.bot.state import BotState
+from src.graph.rights import Role
 from src.graph.timestamps import zone_named
 from src.services.agent_service import DB_ERRORS, Identity
 from src.services.task_times import next_slot
@@ -105,8 +106,14 @@ class TaskRunner:
         note = t("task_note", lang, id=task["id"], late=late, text=task["instruction"])
         topic = int(task["topic_id"] or 0)
         # A group's task is charged to the member who asked for it too, as their turns are.
+        # A run acts like a plain member: it reads memory and keeps facts, and changes
+        # nothing else (no task schedules another: src/graph/rights.py).
         identity = Identity(
-            owner, language_code=lang, sender_id=task["requested_by"], topic_id=topic
+            owner,
+            language_code=lang,
+            sender_id=task["requested_by"],
+            topic_id=topic,
+            role=Role.TASK,
         )
         delivery = Delivery(
             update_id, owner, topic or None, None, state.settings.telegram_reply_format

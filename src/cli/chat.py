@@ -12,6 +12,7 @@ from typing import Any, TextIO
 from src.cli.logging_setup import one_line_logs
 from src.config import Settings
 from src.graph.lang import terminal_lang
+from src.graph.rights import Role
 from src.services import local_model
 from src.services.agent_service import AgentService, Identity, TurnStream
 from src.services.erasure import CONFIRM_WORDS, erased_sentence
@@ -216,7 +217,7 @@ async def run_chat(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     runtime = await build_runtime(configured)
     try:
-        identity = Identity(args.user_id, getpass.getuser(), None, lang)
+        identity = Identity(args.user_id, getpass.getuser(), None, lang, role=Role.TERMINAL)
         await chat_loop(runtime.service, identity, sys.stdin, sys.stdout, configured.stream_replies)
     finally:
         await runtime.close()

@@ -20,6 +20,7 @@ from src.config import load_settings
 from src.graph.conversation_state import ConversationState, turn_input
 from src.graph.deps import GraphDeps
 from src.graph.main_graph import build_graph
+from src.graph.rights import Role
 from src.services.agent_service import stamp
 from src.services.factory import make_deps
 from src.storage.migrations import migrate
@@ -55,7 +56,7 @@ def build_chat_graph(deps: GraphDeps) -> Any:
         row = await deps.conversations.append_message(
             conversation_id, "user", stamp(state.get("text") or "", deps.clock(), deps.settings)
         )
-        return turn_input(user_id, str(conversation_id), row)
+        return turn_input(user_id, str(conversation_id), row, role=Role.TERMINAL)
 
     builder = StateGraph(StudioState, input_schema=StudioInput)
     builder.add_node("store_input", store_input)

@@ -17,6 +17,10 @@ class ConversationState(TypedDict, total=False):
     """In a group, the member who wrote the turn's message (the update's `from.id`, never
     set by the model): their facts join the group's in the prompt, and the fact tools
     change theirs. 0 (or absent) in a private chat and for a group speaking as itself."""
+    role: str
+    """The rights of the person who wrote the turn (src/graph/rights.py: owner, admin,
+    member, task, terminal), decided by the bot, never by the model: every tool with an
+    effect asks it. Absent: a plain member's."""
     conversation_id: str
     """The conversation (and LangGraph thread) this turn belongs to."""
     language: str | None
@@ -81,6 +85,7 @@ def turn_input(
     model: str = "",
     member_id: int = 0,
     zone: str = "",
+    role: str = "owner",
 ) -> dict[str, Any]:
     """Return a turn's input state for the stored user message `stored`.
 
@@ -89,6 +94,7 @@ def turn_input(
     return {
         "user_id": user_id,
         "member_id": member_id,
+        "role": role,
         "conversation_id": conversation_id,
         "language": language,
         "zone": zone,

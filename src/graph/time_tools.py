@@ -2,8 +2,10 @@
 are) and scheduled tasks (`schedule_task`, `cancel_task`: issue 35).
 
 Like every tool, they act on the turn's owner only (`user_id` from the injected state,
-never from the model's arguments). A task's instruction is the user's text: when it
-runs, it comes back as the user's message of a turn, never as a system instruction.
+never from the model's arguments), and only when the person who wrote the turn may
+(src/graph/rights.py: in a group, its administrators; never a task's own run). A task's
+instruction is the user's text: when it runs, it comes back as the user's message of a
+turn, never as a system instruction.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from langchain_core.tools import BaseTool, tool
 from langgraph.prebuilt import InjectedState
 
 from src.graph.deps import GraphDeps
+from src.graph.rights import Action, may, refusal, role_of
 from src.graph.timestamps import owner_zone, zone_named
 from src.services.task_times import BadTime, check_cron, parse_when
 from src.storage.tasks_repo import TaskRepository
@@ -36,6 +39,8 @@ def make_time_tools(deps: GraphDeps) -> list[BaseTool]:
         Args:
             zone: an IANA name, e.g. Europe/Berlin.
         """
+        if not may(role_of(state), Action.TIMEZONE):
+            return refusal(role_of(state), Action.TIMEZONE)
         found = zone_named(zone)
         if found is None:
             return f"Error: {zone!r} is not an IANA time zone name (like Europe/Berlin)."
@@ -64,6 +69,8 @@ def make_time_tools(deps: GraphDeps) -> list[BaseTool]:
                 "the terminal chat, where no task runs. Tell the user you cannot remind "
                 "them or act later here."
             )
+        if not may(role_of(state), Action.TASKS):
+            return refusal(role_of(state), Action.TASKS)
         owner = state["user_id"]
         text = " ".join((instruction or "").split())
         if not text:
@@ -115,6 +122,8 @@ def make_time_tools(deps: GraphDeps) -> list[BaseTool]:
         Args:
             id: the task's number.
         """
+        if not may(role_of(state), Action.TASKS):
+            return refusal(role_of(state), Action.TASKS)
         if await tasks.cancel(state["user_id"], int(id)):
             return f"Task #{id} is cancelled."
         active = await tasks.active(state["user_id"])

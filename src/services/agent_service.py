@@ -245,6 +245,7 @@ class AgentService(MemoryCommands):
             model,
             member_id=identity.member_id,
             zone=zone.key,
+            role=identity.role,
         )
         configurable: dict[str, Any] = {"thread_id": str(conversation_id)}
         if delivery is not None:

@@ -314,7 +314,13 @@ class MemoryCommands:
                 # part may be in the summary too: a squash of that part stays summarized).
                 rows = await deps.conversations.load_last_messages(conversation_id, window)
                 outcome = await run_compression(
-                    deps, self.compress_graph, identity.owner_id, conversation_id, rows, focus
+                    deps,
+                    self.compress_graph,
+                    identity.owner_id,
+                    conversation_id,
+                    rows,
+                    focus,
+                    role=identity.role,
                 )
         except Exception:
             logger.exception("/compress of %s failed", identity.owner_id)

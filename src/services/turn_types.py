@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from src.graph.rights import Role
 from src.services.texts import t
 
 
@@ -28,6 +29,9 @@ class Identity:
     """In a group, the member whose own facts the turn uses and its fact tools change: the
     Telegram user id the update carries (`from.id`), never a name in the text; 0 in a
     private chat and for a group speaking as itself (an anonymous administrator)."""
+    role: Role = Role.OWNER
+    """What the person who wrote may do in this chat (src/graph/rights.py), decided by the
+    bot from who wrote where; the turn's tools ask it."""
 
 
 @dataclass

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import io
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -20,6 +22,8 @@ CHAT_MODEL = "gpt-4o-mini"
 # Summaries, facts and compacts go to another model name, so that background calls never
 # take a reply scripted for the chat model (`llm.script_for(CHAT_MODEL, ...)`).
 SIDE_MODEL = "fake-model"
+# A bot stops in well under a second; on a loaded two-core machine (CI) it may take many.
+SHUTDOWN_DEADLINE = 60.0
 
 
 @dataclass
@@ -32,9 +36,17 @@ class RunningBot:
     task: asyncio.Task[None]
 
     async def close(self) -> None:
-        """Stop the bot and wait until it has shut down."""
+        """Stop the bot and wait until it has shut down; if it has not within the deadline,
+        print where every task of the loop waits (what held the shutdown) and fail."""
         self.stop.set()
-        await asyncio.wait_for(self.task, 20)
+        try:
+            await asyncio.wait_for(asyncio.shield(self.task), SHUTDOWN_DEADLINE)
+        except TimeoutError:
+            stacks = io.StringIO()
+            for task in asyncio.all_tasks():
+                task.print_stack(file=stacks)
+            sys.stderr.write(f"the bot did not stop in {SHUTDOWN_DEADLINE} s:\n{stacks.getvalue()}")
+            raise
 
 
 async def stored(pool: Any, owner: int) -> list[tuple[str, str]]:
@@ -62,7 +74,7 @@ def tg(tg_server: FakeBotAPI) -> FakeBotAPI:
     return tg_server
 
 
-async def until(condition: Any, timeout: float = 15.0) -> None:
+async def until(condition: Any, timeout: float = 30.0) -> None:
     """Wait until `condition()` is true (fail the test after `timeout` seconds)."""
     deadline = time.monotonic() + timeout
     while not condition():

@@ -243,6 +243,7 @@ async def test_a_groups_task_runs_while_the_member_who_asked_may_use_the_bot(
     """The allowlist names Ann, not her group: her messages there are answered, so the
     task she asked for there runs too; once the operator drops her, it is refused."""
     group = -100_996_000
+    tg.set_chat_admins(group, ANN)  # a group's tasks are its administrators' to set
     bot = await start_bot(allowed_user_ids=str(ANN))
     llm.script_for(
         CHAT_MODEL,
@@ -360,6 +361,7 @@ async def test_a_groups_task_is_charged_to_the_member_who_asked(
     the budget of the member who asked for it, as that member's turns there do; after
     the member's /erase it keeps running, charged to the group only."""
     group = -100_995_000
+    tg.set_chat_admins(group, BOB)  # a group's tasks are its administrators' to set
     bot = await start_bot()
     llm.script_for(
         CHAT_MODEL,

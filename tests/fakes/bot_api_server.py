@@ -327,7 +327,7 @@ class FakeBotAPI(ForumTopics, BackgroundAiohttpServer):
             return [c for c in self.calls if c["method"].lower() == method.lower()]
 
     def wait_for_messages(
-        self, chat_id: int | str, count: int, timeout: float = 10.0
+        self, chat_id: int | str, count: int, timeout: float = 30.0
     ) -> list[dict[str, Any]]:
         """Block until `count` messages went to `chat_id`; raise TimeoutError otherwise."""
         deadline = time.monotonic() + timeout
@@ -340,7 +340,7 @@ class FakeBotAPI(ForumTopics, BackgroundAiohttpServer):
             return found
 
     async def await_messages(
-        self, chat_id: int | str, count: int, timeout: float = 10.0
+        self, chat_id: int | str, count: int, timeout: float = 30.0
     ) -> list[dict[str, Any]]:
         """Wait without blocking the caller's loop until `count` messages went to `chat_id`."""
         deadline = time.monotonic() + timeout

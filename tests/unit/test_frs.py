@@ -200,6 +200,7 @@ def test_absolute_mode_describes_numbers() -> None:
 
 class S(TypedDict, total=False):
     conversation_id: str
+    role: str
     thread: list[dict[str, Any]]
     messages: Annotated[list[AnyMessage], add_messages]
 
@@ -211,6 +212,7 @@ async def run_calls(calls: list[dict[str, Any]]) -> list[ToolMessage]:
     builder.add_edge("tools", END)
     state = {
         "conversation_id": "00000000-0000-0000-0000-000000000001",
+        "role": "owner",
         "thread": SEED,
         "messages": [AIMessage("", tool_calls=calls)],
     }

@@ -44,6 +44,8 @@ class CompressState(TypedDict, total=False):
 
     user_id: int
     """Owner of the memory, never set by the model."""
+    role: str
+    """The rights of who asked (src/graph/rights.py); the compress tools ask them."""
     conversation_id: str
     """The conversation being compressed."""
     requested_by: str
@@ -130,14 +132,17 @@ async def run_compression(
     conversation_id: uuid.UUID,
     rows: list[dict[str, Any]],
     focus: str | None,
+    role: str = "owner",
 ) -> CompressOutcome:
-    """Let the model compress the older part of `rows` (the working window)."""
+    """Let the model compress the older part of `rows` (the working window), with the
+    rights of who asked (`role`: src/graph/rights.py; the command checked them)."""
     messages, thread, tokens = compress_context(deps, rows, focus)
     outcome = CompressOutcome(compressible=protected_from(thread), tokens_before=tokens)
     if outcome.compressible < 2:
         return outcome
     state: dict[str, Any] = {
         "user_id": owner_id,
+        "role": role,
         "conversation_id": str(conversation_id),
         "requested_by": REQUESTED_BY,
         "thread": thread,

@@ -12,6 +12,7 @@ from pydantic import AliasChoices, BaseModel, Field, create_model
 
 from src.graph.deps import GraphDeps
 from src.graph.frs.ops import FrsTools
+from src.graph.rights import Action, may, refusal, role_of
 from src.storage.squash_repo import SquashRepository
 
 # Filled in by the graph, never by the model: left out of the schema it is offered.
@@ -95,9 +96,13 @@ def make_frs_tools(deps: GraphDeps, squashes: SquashRepository | None = None) ->
         return await frs.view_thread(state)
 
     async def compress_last(state: State, tool_call_id: CallId, **args: Any) -> Any:
+        if not may(role_of(state), Action.COMPRESS):
+            return refusal(role_of(state), Action.COMPRESS)
         return await frs.compress_last(state, tool_call_id, args["count"], args["summary"])
 
     async def compress_range(state: State, tool_call_id: CallId, **args: Any) -> Any:
+        if not may(role_of(state), Action.COMPRESS):
+            return refusal(role_of(state), Action.COMPRESS)
         return await frs.compress_range(
             state, tool_call_id, args["from"], args["to"], args["summary"]
         )
