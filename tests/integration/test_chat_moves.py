@@ -1,12 +1,13 @@
-"""A group's move to its supergroup's id against real PostgreSQL: every owner table
-follows it, rows written for the old id later land under the new one, moving twice moves
-nothing."""
+"""A group's move to its supergroup's id (src/services/group_moves.py) against real
+PostgreSQL: every owner table follows it, rows written for the old id later land under the
+new one, moving twice moves nothing, and a turn for the old id runs as the supergroup's."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from src.services.agent_service import Identity
+from src.services.group_moves import move_group
 from src.storage.chat_moves import NOT_MOVED, ChatMoveRepository
 from src.storage.erasure_repo import OWNER_COLUMNS, OWNER_TABLES
 
@@ -59,3 +60,22 @@ async def test_rows_written_for_the_old_id_after_the_move_land_under_the_new_one
         query = f"SELECT count(*) AS n FROM {table} WHERE {column} = %s"
         assert await count(pool, query, OLD) == 0, table
         assert await count(pool, query, NEW) >= 1, table
+
+
+async def test_a_turn_for_the_old_id_after_the_move_is_the_supergroups(
+    runtime_factory: Any, llm: Any, pool: Any
+) -> None:
+    rt = await runtime_factory()
+    llm.script("Noted.", "It is Zephyr.")
+    await rt.service.handle_message(Identity(OLD, sender_id=7), "the code word is Zephyr")
+    await rt.service.drain()
+    await move_group(rt.service, OLD, NEW)
+    # An update of the old chat that waited behind the move: its turn is the supergroup's,
+    # in the group's one conversation, with its history.
+    await rt.service.handle_message(Identity(OLD, sender_id=7), "what is the code word?")
+    assert "the code word is Zephyr" in str(llm.requests[-1]["messages"])
+    query = "SELECT count(*) AS n FROM conversations WHERE telegram_user_id = %s"
+    assert await count(pool, query, NEW) == 1
+    assert await count(pool, query, OLD) == 0
+    query = "SELECT count(*) AS n FROM messages WHERE owner_id = %s"
+    assert await count(pool, query, NEW) == 4
