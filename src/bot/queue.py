@@ -178,15 +178,17 @@ class UpdateWorker:
             await self._apologize(row["payload"])
         elif "task_run" in row["payload"]:
             await self.runner.run(update_id, row["payload"]["task_run"])
-        elif (moved := migration_of(Update.de_json(row["payload"], self.app.bot))) is not None:
-            await self._migrated(*moved)
         else:
             update = Update.de_json(row["payload"], self.app.bot)
-            token = ADMITTED.set(True)  # counted against the rate limit when received
-            try:
-                await self.app.process_update(update)
-            finally:
-                ADMITTED.reset(token)
+            moved = migration_of(update)
+            if moved is not None:
+                await self._migrated(*moved)
+            else:
+                token = ADMITTED.set(True)  # counted against the rate limit when received
+                try:
+                    await self.app.process_update(update)
+                finally:
+                    ADMITTED.reset(token)
         await self.repo.finish(update_id)
 
     async def _migrated(self, old: int, new: int) -> None:
