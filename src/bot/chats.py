@@ -170,3 +170,16 @@ def group_turn_text(message: Message, text: str) -> str:
     if is_private(message):
         return text
     return f"{author_name(message)}: {text}"
+
+
+def migration_of(update: Update) -> tuple[int, int] | None:
+    """Return (old, new) chat ids if the update announces a group's upgrade to a
+    supergroup (Telegram says it in both chats), else None."""
+    message = update.message
+    if message is None:
+        return None
+    if message.migrate_to_chat_id is not None:
+        return message.chat_id, message.migrate_to_chat_id
+    if message.migrate_from_chat_id is not None:
+        return message.migrate_from_chat_id, message.chat_id
+    return None

@@ -22,6 +22,7 @@ from procrastinate import JobContext, PsycopgConnector, RetryStrategy
 from telegram import Update
 from telegram.error import TelegramError
 
+from src.bot.chats import migration_of
 from src.bot.handlers import ADMITTED
 from src.bot.state import BotState
 from src.bot.task_runs import TaskRunner
@@ -179,12 +180,27 @@ class UpdateWorker:
             await self.runner.run(update_id, row["payload"]["task_run"])
         else:
             update = Update.de_json(row["payload"], self.app.bot)
-            token = ADMITTED.set(True)  # counted against the rate limit when received
-            try:
-                await self.app.process_update(update)
-            finally:
-                ADMITTED.reset(token)
+            moved = migration_of(update)
+            if moved is not None:
+                await self._migrated(*moved)
+            else:
+                token = ADMITTED.set(True)  # counted against the rate limit when received
+                try:
+                    await self.app.process_update(update)
+                finally:
+                    ADMITTED.reset(token)
         await self.repo.finish(update_id)
+
+    async def _migrated(self, old: int, new: int) -> None:
+        """The group `old` is the supergroup `new` now: move its rows there. A failure
+        other than the database's is logged: the next reply to the old id meets
+        ChatMigrated and moves them then."""
+        try:
+            await self.state.chat_migrated(old, new)
+        except DB_ERRORS:
+            raise
+        except Exception:
+            logger.warning("could not move group %s to %s", old, new, exc_info=True)
 
     async def _apologize(self, payload: dict[str, Any]) -> None:
         message = payload.get("message") or {}

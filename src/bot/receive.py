@@ -27,7 +27,13 @@ from urllib.parse import urlsplit
 from telegram import CallbackQuery, Message, Update
 from telegram.error import Conflict, InvalidToken, NetworkError, RetryAfter, TelegramError, TimedOut
 
-from src.bot.chats import broken_invariant, command_name, is_anonymous_admin, topic_of
+from src.bot.chats import (
+    broken_invariant,
+    command_name,
+    is_anonymous_admin,
+    migration_of,
+    topic_of,
+)
 from src.bot.commands import (
     MODEL_DATA,
     lang_of_message,
@@ -71,22 +77,13 @@ FORGED = "forged"
 
 
 def chat_id_of(update: Update) -> int | None:
-    """Return the chat an update belongs to (its jobs run in order per chat)."""
+    """Return the chat an update belongs to (its jobs run in order per chat). A group's
+    upgrade is the supergroup's: its messages after the upgrade wait for the move."""
+    moved = migration_of(update)
+    if moved is not None:
+        return moved[1]
     chat = update.effective_chat
     return chat.id if chat is not None else None
-
-
-def migration_of(update: Update) -> tuple[int, int] | None:
-    """Return (old, new) chat ids if the update announces a group's upgrade to a
-    supergroup (Telegram says it in both chats), else None."""
-    message = update.message
-    if message is None:
-        return None
-    if message.migrate_to_chat_id is not None:
-        return message.chat_id, message.migrate_to_chat_id
-    if message.migrate_from_chat_id is not None:
-        return message.migrate_from_chat_id, message.chat_id
-    return None
 
 
 class Receiver:
@@ -139,10 +136,8 @@ class Receiver:
         if update.callback_query is not None:
             self._later(self._pressed(update.callback_query))
             return False
-        moved = migration_of(update)
-        if moved is not None:
-            self._later(self._migrated(*moved))
-            return False
+        if migration_of(update) is not None:
+            return True  # stored: its job moves the group (src/bot/queue.py)
         verdict = self._admit(update)
         if verdict.accept and update.message and command_name(update.message) == "stop":
             # Not queued: behind the chat's running turn, it would come after it.
@@ -177,14 +172,6 @@ class Receiver:
         task = asyncio.create_task(work)
         self._answers.add(task)
         task.add_done_callback(self._answers.discard)
-
-    async def _migrated(self, old: int, new: int) -> None:
-        """The group `old` is the supergroup `new` now: move its rows there."""
-        try:
-            await self.state.chat_migrated(old, new)
-        except Exception:
-            # The next reply to the old id meets ChatMigrated and moves them then.
-            logger.warning("could not move group %s to %s", old, new, exc_info=True)
 
     async def _stop(self, message: Message) -> None:
         """/stop: end the chat's running turn in the message's topic, in whichever

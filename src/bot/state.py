@@ -11,10 +11,10 @@ from src.bot.live import LiveTurns
 from src.config import Settings
 from src.services.agent_service import AgentService, Identity
 from src.services.factory import Runtime
+from src.services.group_moves import move_group
 from src.services.keyed_lock import KeyedLock
 from src.services.media import MediaReader
 from src.services.reminders import ReminderService
-from src.storage.chat_moves import ChatMoveRepository
 
 if TYPE_CHECKING:
     from src.bot.outbox import Outbox
@@ -93,9 +93,9 @@ class BotState:
 
     async def chat_migrated(self, old: int, new: int) -> None:
         """A group became a supergroup with a new chat id: its memory, budget, model and
-        pending replies go with it (under the group's turn lock, like an erase)."""
-        async with self.service.locks.hold(old):
-            moved = await ChatMoveRepository(self.service.deps.delivery.pool).move(old, new)
+        pending replies go with it, and what its running turn writes too (see
+        src/services/group_moves.py)."""
+        moved = await move_group(self.service, old, new)
         if moved:
             logger.info("group %s is now supergroup %s: moved %s", old, new, moved)
         if old in self.access.allowed and not self.access.allows(0, new):

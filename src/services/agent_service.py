@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import time
@@ -149,18 +150,26 @@ class AgentService(MemoryCommands):
             )
             async with self.locks.hold(identity.owner_id, along) as start:
                 assert start is not None
-                await self._turn_locked(
-                    identity,
-                    text,
-                    result,
-                    started,
-                    progress,
-                    start,
-                    delivery,
-                    stream,
-                    media,
-                    sent_at,
-                )
+                moved_to = start.moved_to
+                if moved_to is None:
+                    await self._turn_locked(
+                        identity,
+                        text,
+                        result,
+                        started,
+                        progress,
+                        start,
+                        delivery,
+                        stream,
+                        media,
+                        sent_at,
+                    )
+            if moved_to is not None:
+                # The group became a supergroup while this update waited (an update of
+                # the old chat): the turn is the supergroup's (src/services/group_moves.py).
+                moved = dataclasses.replace(identity, owner_id=moved_to)
+                await self._run_turn(moved, text, result, delivery, stream, media, sent_at)
+                return
         except DB_ERRORS:
             logger.error("database unavailable for a turn of %s", identity.owner_id, exc_info=True)
             if not result.done():

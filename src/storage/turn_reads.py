@@ -22,6 +22,7 @@ from typing import Any
 
 from psycopg.pq import TransactionStatus
 
+from src.storage.chat_moves import MOVED_TO
 from src.storage.checkpoint_rows import SELECT_OWNERS_LATEST_ID
 from src.storage.conversation_repo import (
     LOAD_LAST_MESSAGES,
@@ -70,6 +71,9 @@ class TurnStart:
     worker died), if any."""
     latest_checkpoint_id: str | None = None
     """The id of the last checkpoint of the conversation's thread, when asked for."""
+    moved_to: int | None = None
+    """The chat id a group owner's memory moved to (src/storage/chat_moves.py): the turn
+    is then the supergroup's."""
 
 
 async def send_turn_start(
@@ -87,7 +91,9 @@ async def send_turn_start(
     Telegram `update_id`, also look up the message an earlier run of it stored; with
     `checkpoints` (the graph's checkpoints are in this database), the id of the
     conversation thread's last checkpoint. The conversation is the owner's current one
-    in `topic` (0: General, or a chat without topics)."""
+    in `topic` (0: General, or a chat without topics). For a group, also whether it
+    moved to a supergroup."""
+    moved = await conn.execute(MOVED_TO, (owner_id,)) if owner_id < 0 else None
     user = await conn.execute(
         UPSERT_USER, upsert_params(owner_id, username, first_name, language_code)
     )
@@ -100,11 +106,13 @@ async def send_turn_start(
         assert row is not None
         link = await stored.fetchone() if stored is not None else None
         last = await latest.fetchone() if latest is not None else None
+        move = await moved.fetchone() if moved is not None else None
         return TurnStart(
             row,
             await conversation.fetchone(),
             link["message_id"] if link else None,
             last["checkpoint_id"] if last else None,
+            move["new_id"] if move else None,
         )
 
     return read

@@ -6,11 +6,14 @@ group as Telegram does (400 with `migrate_to_chat_id`)."""
 from __future__ import annotations
 
 import asyncio
+import copy
+import threading
 from typing import Any
 
 from src.storage.erasure_repo import OWNER_COLUMNS, OWNER_TABLES
-from tests.e2e.conftest import CHAT_MODEL
+from tests.e2e.conftest import CHAT_MODEL, SIDE_MODEL, until
 from tests.fakes.bot_api_server import FakeBotAPI
+from tests.fakes.memory_model import memory_reply
 
 ANN = 9801
 BOT = "@tgagent_test_bot"
@@ -94,3 +97,59 @@ async def until_async(condition: Any, timeout: float = 15.0) -> None:
     while not await condition():
         assert asyncio.get_running_loop().time() < deadline, "timed out"
         await asyncio.sleep(0.05)
+
+
+async def test_an_upgrade_during_a_group_turn_moves_the_memory_that_turn_writes(
+    start_bot: Any, tg: FakeBotAPI, llm: Any, pool: Any
+) -> None:
+    old, new = -4_980_003, -1_004_980_003
+    bot = await start_bot(facts_every=1)
+    answer = threading.Event()
+
+    async def held(body: dict[str, Any]) -> Any:
+        await asyncio.to_thread(answer.wait, 30)
+        return "Teal, noted."
+
+    async def slow_memory(body: dict[str, Any]) -> Any:
+        # The turn's memory work (facts of "teal") is still under way when the group's
+        # turn lock is given up to the move.
+        if "teal" in str(body["messages"]):
+            await asyncio.sleep(1.0)
+        return memory_reply(body)
+
+    llm.default_for(SIDE_MODEL, slow_memory)
+    llm.script_for(CHAT_MODEL, "Noted.", held, "Zephyr and teal.")
+    tg.push_text(ANN, f"{BOT} my code word is Zephyr", chat_id=old, chat_type="group")
+    await tg.await_messages(old, 1)
+    await until_async(lambda: has_fact(pool, old, "Zephyr"))
+    tg.push_text(ANN, f"{BOT} my colour is teal", chat_id=old, chat_type="group")
+    await until(lambda: len(llm.requests_for(CHAT_MODEL)) == 2)
+    # The group becomes a supergroup while the model writes its answer: the bot has
+    # taken both service messages (and a retry of one) before the answer comes.
+    tg.migrate_group(old, new, user_id=ANN, announce=True)
+    again = copy.deepcopy(tg.pushed[-1])
+    del again["update_id"]
+    tg.push_update(again)
+    await until(lambda: not tg.updates)
+    answer.set()
+    [reply] = await tg.await_messages(new, 1, timeout=20)
+    assert reply["text"] == "Teal, noted."
+    # At once, while the turn's memory work still runs.
+    tg.push_text(ANN, f"{BOT} what do you know?", chat_id=new, chat_type="supergroup")
+    await tg.await_messages(new, 2)
+    for said in ("my code word is Zephyr", "Noted.", "my colour is teal", "Teal, noted."):
+        assert saw(llm, said), said
+    assert saw(llm, ": teal")
+    await bot.runtime.service.drain()
+    assert await owner_rows(pool, old) == {}
+    assert tg.texts_to(old) == ["Noted."]
+
+
+async def has_fact(pool: Any, owner: int, value: str) -> bool:
+    """Tell whether the owner has a current fact whose value is `value`."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT 1 FROM facts WHERE telegram_user_id = %s AND value = %s AND valid_to IS NULL",
+            (owner, value),
+        )
+        return await cur.fetchone() is not None
