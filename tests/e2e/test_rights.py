@@ -216,3 +216,54 @@ async def test_a_turn_whose_authors_rights_cannot_be_asked_acts_as_a_member(
     in_group(tg, group, f"{BOT} we are all in Tokyo now, really")
     await answered(tg, group, "Second.")
     assert await zone_of(bot, group) == "Asia/Tokyo"
+
+
+async def own_facts(pool: Any, group: int, member: int) -> set[str]:
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT key FROM facts WHERE telegram_user_id = %s AND member_id = %s"
+            " AND valid_to IS NULL",
+            (group, member),
+        )
+        return {r["key"] for r in await cur.fetchall()}
+
+
+@pytest.mark.parametrize("role", ROLES)
+async def test_ones_own_facts_by_command_button_and_the_model(
+    role: str, start_bot: Any, tg: FakeBotAPI, llm: Any, pool: Any
+) -> None:
+    """Everyone keeps and forgets facts about themselves in a group: the model's
+    remember_fact and forget_fact, `/memory forget KEY` and the 🗑 button all work for an
+    administrator and a plain member alike, on their own facts."""
+    group = -100_979_000 - ROLES.index(role)
+    if role == "admin":
+        tg.set_chat_admins(group, BOB)
+    bot = await start_bot()
+    memory = bot.runtime.deps.memory
+    llm.script_for(
+        CHAT_MODEL,
+        {
+            "tool_calls": [
+                {"name": "remember_fact", "args": {"key": k, "value": v, "type": "fact"}}
+                for k, v in (("city", "Oslo"), ("pet", "Rex"), ("tea", "green"))
+            ]
+        },
+        "Remembered.",
+    )
+    in_group(tg, group, f"{BOT} I live in Oslo, my dog is Rex, I drink green tea")
+    await answered(tg, group, "Remembered.")
+    assert await own_facts(pool, group, BOB) == {"city", "pet", "tea"}
+    llm.script_for(CHAT_MODEL, call("forget_fact", key="city"), "Forgotten.")
+    in_group(tg, group, f"{BOT} forget where I live")
+    await answered(tg, group, "Forgotten.")
+    in_group(tg, group, "/memory forget pet")
+    await answered(tg, group, t("memory_forgot", "en", name="pet"))
+    tea = next(f for f in await memory.list_facts(group, members=[BOB]) if f["key"] == "tea")
+    in_group(tg, group, "/memory")
+    await until(lambda: "green" in tg.texts_to(group)[-1], 20)
+    page = tg.messages_to(group)[-1]
+    tg.push_callback(BOB, group, page["message_id"], f"mem:f:{tea['id']}:0", language_code="en")
+    await until(lambda: len(tg.callback_answers) == 1)
+    assert tg.callback_answers[-1]["text"] == t("memory_forgot", "en", name="tea")
+    assert await own_facts(pool, group, BOB) == set()
+    assert not [r for r in tool_results(llm) if r.startswith("Refused")]
