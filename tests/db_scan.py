@@ -9,6 +9,7 @@ stores long ones so, the type column saying `...+zlib`). Case is ignored.
 from __future__ import annotations
 
 import zlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from psycopg import sql
@@ -55,6 +56,27 @@ async def traces(pool: Any, needle: str, tables: tuple[str, ...] | None = None) 
                 if any(wanted in form.lower() for form in forms):
                     found.append(f"{table}.{column}")
     return found
+
+
+async def values(pool: Any) -> AsyncIterator[tuple[str, str]]:
+    """Yield (`table.column`, text) of every value in the schema: text as it is, bytea
+    (decompressed where it is zlib's) decoded as UTF-8, unreadable bytes replaced."""
+    async with pool.connection() as conn:
+        columns = await (await conn.execute(COLUMNS)).fetchall()
+        for col in columns:
+            table, column = col["table_name"], col["column_name"]
+            binary = col["data_type"] == "bytea"
+            cast = "{}" if binary else "{}::text"
+            query = sql.SQL("SELECT " + cast + " AS v FROM {} WHERE {} IS NOT NULL").format(
+                sql.Identifier(column), sql.Identifier(table), sql.Identifier(column)
+            )
+            for row in await (await conn.execute(query)).fetchall():
+                value = row["v"]
+                if not binary:
+                    yield f"{table}.{column}", str(value)
+                    continue
+                for form in _forms(bytes(value)):
+                    yield f"{table}.{column}", form.decode("utf-8", errors="replace")
 
 
 async def in_checkpoints(pool: Any, needle: str) -> list[str]:

@@ -317,6 +317,11 @@ class AgentService(MemoryCommands):
                                     self.usage.recorder.release(turn_id)
                                 if isinstance(saver, PooledPostgresSaver):
                                     await saver.flush(thread_id)  # the reply's record, now
+                                if work.deleted:
+                                    # A tool deleted memory that the record just written
+                                    # shows (the prompt's facts): out of it now, not
+                                    # only when the memory work after the reply ends.
+                                    await asyncio.shield(self.eraser.after_turn(thread_id, work))
         except OverBudget as exc:
             # The budget ran out half-way (tool rounds): the next call was not made.
             if not result.done():

@@ -158,8 +158,8 @@ async def test_the_tools_remember_and_forget_for_the_current_owner_only(
     assert result.tools_used == ["forget_fact"]
     assert await rows(rt, ANN.owner_id) == []
     assert await rows(rt, BOB.owner_id) == [("home_city", "Porto", True)]
-    # The turn's own checkpoints are written, and redacted, once the turn ends (after
-    # its reply was handed back).
+    # The turn's own checkpoints are written and redacted at its reply, and again once
+    # the turn ends (after its reply was handed back).
     await rt.service.drain()
     assert await in_checkpoints(pool, "home_city: Lisbon") == []
     async with pool.connection() as conn:

@@ -226,6 +226,36 @@ async def test_a_delete_inside_a_turn_moves_its_epoch_and_redacts_it_after(
     assert await in_checkpoints(pool, "diagnosis: flu") == []
 
 
+async def test_a_fact_a_tool_forgets_leaves_the_turns_record_with_the_reply(
+    runtime_factory: Any, llm: Any, pool: Any
+) -> None:
+    """Found by the privacy property test (tests/e2e/test_privacy_property.py): the
+    model's `forget_fact` deleted a fact the turn's prompt showed, the user had the
+    answer, and the turn's record (written at the reply) still held `- diagnosis: flu`
+    for as long as the memory work after the reply ran (for good, had the process
+    stopped then): it was redacted only when the turn ended. Now at the reply."""
+    rt = await runtime_factory(facts_every=1, summary_trigger=1000)
+    who = person()
+    await _fact_in_the_prompt(rt, llm, who)
+    gate = Gate(prompts.FACTS_SYSTEM)  # the memory work after the reply waits
+    llm.default_for(MEMORY_MODEL, gate)
+    forget = {"tool_calls": [{"name": "forget_fact", "args": {"key": "diagnosis"}}]}
+    llm.script_for(rt.settings.llm_model, forget, "Forgotten.")
+    try:
+        result = await rt.service.handle_message(who, "forget my diagnosis")
+        assert result.reply == "Forgotten." and result.tools_used == ["forget_fact"]
+        await until(lambda: prompts.FACTS_SYSTEM in gate.held)  # the turn goes on
+        # Well within the 10 s the turn's memory work may take before the turn ends.
+        deadline = time.monotonic() + 5
+        while await in_checkpoints(pool, "diagnosis: flu"):
+            assert time.monotonic() < deadline, "the turn's record still shows the fact"
+            await asyncio.sleep(0.05)
+    finally:
+        gate.release.set()
+    await rt.service.drain()
+    assert await in_checkpoints(pool, "diagnosis: flu") == []
+
+
 async def test_erase_leaves_no_trace_of_what_the_user_wrote(
     runtime_factory: Any, llm: Any, pool: Any
 ) -> None:

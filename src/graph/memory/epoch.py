@@ -11,7 +11,8 @@ one (under the owner's lock, which no delete can pass) is not checked.
 
 A delete inside a turn (a tool: `delete_in_turn`) moves the turn's own epoch along: what
 the turn does afterwards read the memory after the delete. The turn's own checkpoints,
-written after the delete, are redacted again when it ends (AgentService).
+written after the delete, are redacted again at its reply (the record written then shows
+the prompt from before the delete) and when it ends (AgentService).
 """
 
 from __future__ import annotations
