@@ -93,7 +93,7 @@ async def _post_init(app: App) -> None:
     state.reminders = ReminderService(state.runtime.deps, state.runtime.service.locks)
     state.sender = Outbox(
         state.runtime.deps.delivery,
-        on_blocked=state.reminders_gone,
+        on_blocked=state.chat_unreachable,
         on_migrated=state.chat_migrated,
         on_thread_gone=state.topic_gone,
     )

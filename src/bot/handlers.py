@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from telegram import Bot, Message, Update
-from telegram.constants import ChatType
 from telegram.error import Forbidden, RetryAfter, TelegramError
 from telegram.ext import (
     Application,
@@ -336,7 +335,7 @@ async def on_error(update: object, context: Context) -> None:
     update_id = update.update_id if isinstance(update, Update) else None
     if isinstance(error, Forbidden):  # the user blocked the bot: nothing is broken
         logger.info("update %s: cannot write to the chat: %s", update_id, error)
-        await _stop_reminding(update, context, error)
+        await _unreachable(update, context, error)
         return
     logger.error("error while handling update %s", update_id, exc_info=error)
     if not isinstance(update, Update) or update.effective_message is None:
@@ -350,16 +349,16 @@ async def on_error(update: object, context: Context) -> None:
         logger.warning("could not report the error to chat %s: %s", message.chat_id, exc)
 
 
-async def _stop_reminding(update: object, context: Context, error: Forbidden) -> None:
-    """Turn reminders off for a private chat that refuses replies: they would bounce too."""
+async def _unreachable(update: object, context: Context, error: Forbidden) -> None:
+    """Mark a chat that refuses replies unreachable until it writes again: reminders and
+    tasks' answers would bounce too. Its /mute stays as the user set it."""
     chat = update.effective_chat if isinstance(update, Update) else None
-    reminders = state_of(context).reminders
-    if chat is None or chat.type != ChatType.PRIVATE or reminders is None:
+    if chat is None:
         return
     try:
-        await reminders.recipient_gone(chat.id, error.message)
+        await state_of(context).chat_unreachable(chat.id, error.message)
     except Exception:
-        logger.warning("could not turn reminders off for %s", chat.id, exc_info=True)
+        logger.warning("could not mark chat %s unreachable", chat.id, exc_info=True)
 
 
 def register(app: Application[Any, Any, Any, Any, Any, Any]) -> None:

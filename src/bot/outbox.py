@@ -3,7 +3,9 @@
 Each part Telegram accepts is recorded with its message id before the next one is sent,
 so a resend after a crash starts at the first part not sent. 429 waits `retry_after`
 (as often as Telegram asks), 5xx and timeouts retry with backoff, 403 marks the reply
-`blocked` (the user blocked the bot), a 400 about the part's formatting sends it again
+`blocked` (the user blocked the bot) and the chat unreachable (`on_blocked`: nothing more
+goes to it until it writes again; a scheduled task's answer is then kept for it,
+src/bot/task_runs.py), a 400 about the part's formatting sends it again
 unformatted, a group upgraded to a supergroup (ChatMigrated) moves the group's rows to its
 new id and sends there at once, a topic Telegram no longer has ("message thread not
 found": deleted, and Telegram tells bots nothing when a topic is deleted) marks it

@@ -170,7 +170,11 @@ class UpdateWorker:
             return
         attempts = context.job.attempts
         reply = await self.repo.reply(update_id)
-        if reply is not None:
+        if reply is not None and "task_run" in row["payload"]:
+            # A task's answer stored before its worker died, or held for a chat that
+            # writes again: sent, or kept while the chat cannot be reached.
+            await self.runner.deliver(row["payload"]["task_run"], reply)
+        elif reply is not None:
             # The turn ran and stored its reply before its worker died: only send it.
             await self.state.outbox.deliver(self.app.bot, reply)
         elif attempts >= MAX_ATTEMPTS:

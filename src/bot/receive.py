@@ -106,17 +106,23 @@ class Receiver:
         database refuses them: the caller must not acknowledge them then."""
         kept: list[tuple[int, int | None, dict[str, Any]]] = []
         seen: list[int] = []
+        present: list[int] = []
         for data in raw:
             update = Update.de_json(data, self.app.bot)
             seen.append(update.update_id)
             store = self._decided.get(update.update_id)
             if store is None:
                 store = self._decided[update.update_id] = self._first_sight(update)
+            chat = chat_id_of(update)
             if store:
-                kept.append((update.update_id, chat_id_of(update), data))
+                kept.append((update.update_id, chat, data))
+            if chat is not None and (store or broken_invariant(update) is None):
+                present.append(chat)  # it writes: it can be reached again
         while len(self._decided) > KEEP_VERDICTS:
             del self._decided[next(iter(self._decided))]
-        new = await self.state.service.deps.delivery.store_updates(kept, QUEUE, TASK)
+        new = await self.state.service.deps.delivery.store_updates(
+            kept, QUEUE, TASK, present=present
+        )
         for update_id in seen:
             self._decided.pop(update_id, None)
         if len(new) < len(kept):

@@ -14,6 +14,7 @@ from src.services.factory import Runtime
 from src.services.group_moves import move_group
 from src.services.keyed_lock import KeyedLock
 from src.services.media import MediaReader
+from src.services.reachability import chat_unreachable
 from src.services.reminders import ReminderService
 
 if TYPE_CHECKING:
@@ -86,10 +87,10 @@ class BotState:
             self.reader = MediaReader(self.service.deps, self.service.usage)
         return self.reader
 
-    async def reminders_gone(self, chat_id: int, reason: str) -> None:
-        """A private chat refuses the bot's messages: stop reminding its user."""
-        if chat_id > 0 and self.reminders is not None:
-            await self.reminders.recipient_gone(chat_id, reason)
+    async def chat_unreachable(self, chat_id: int, reason: str) -> None:
+        """A chat refuses the bot's messages (403): nothing goes to it until it writes
+        again (src/services/reachability.py); its /mute is left alone."""
+        await chat_unreachable(self.service.deps.users, chat_id, reason)
 
     async def chat_migrated(self, old: int, new: int) -> None:
         """A group became a supergroup with a new chat id: its memory, budget, model and

@@ -91,6 +91,12 @@ def tasks_page(
                 instruction=task["instruction"][:INSTRUCTION_SHOWN],
             )
         )
+        if task["missed"]:
+            # Not paused: slots the chat could not receive (it blocked the bot).
+            last = task["missed_last"].astimezone(zone)
+            lines.append(
+                t("task_missed", lang, count=task["missed"], last=f"{last:%Y-%m-%d %H:%M}")
+            )
     if user is not None and user["remind_of_yourself"] == "0":
         lines.append(t("tasks_paused", lang))
     buttons = [

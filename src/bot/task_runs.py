@@ -15,6 +15,12 @@ A run's note is the user's own instruction, time-stamped like their messages and
 as their scheduled task: a user message, never a system instruction. Runs of owners the
 allowlist no longer admits are refused and those of muted users (/mute) skipped: their
 slot is claimed, nothing runs, a repeating task goes on to its next slot.
+
+A chat Telegram refuses (403: the user blocked the bot; src/services/reachability.py) is
+not muted, and what is due for it is kept, never consumed unseen: a one-time task runs
+and its answer is held, headed with its due time, until the chat writes again (then it
+is sent first); a repeating task's slots are missed (not run, or their answer not sent)
+and counted on the task, which /tasks shows until one of its answers arrives again.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from src.graph.timestamps import zone_named
 from src.services.agent_service import DB_ERRORS, Identity
 from src.services.task_times import next_slot
 from src.services.texts import t
-from src.storage.delivery_repo import Delivery
+from src.storage.delivery_repo import Delivery, Reply
 from src.storage.tasks_repo import TaskRepository
 
 logger = logging.getLogger(__name__)
@@ -62,6 +68,8 @@ class TaskRunner:
                 outcome = "refused"
             elif user is not None and user["remind_of_yourself"] == "0":
                 outcome = "muted"
+            elif task["repeat"] and user is not None and user["unreachable_since"] is not None:
+                outcome = "missed"  # a one-time task runs: its answer waits for the chat
             else:
                 outcome = "run"
             following = None
@@ -77,7 +85,7 @@ class TaskRunner:
                 task_id,
                 slot,
                 " (late)" if late else "",
-                "runs" if claim.update_id is not None else "skipped",
+                "runs" if claim.update_id is not None else "not run",
                 claim.next_at.isoformat() if claim.next_at else "none",
             )
 
@@ -130,4 +138,48 @@ class TaskRunner:
                 logger.error("outbox unavailable: task %s's answer goes unsent", task["id"])
                 raise
             if reply is not None:
-                await state.outbox.deliver(self.app.bot, reply)
+                await self.deliver(info, reply, task)
+
+    async def deliver(
+        self, info: dict[str, Any], reply: Reply, task: dict[str, Any] | None = None
+    ) -> None:
+        """Send a run's stored answer, unless its chat cannot be reached: then a one-time
+        task's answer is held for the chat's return and a repeating task's slot counted
+        as missed. Telegram refusing it (403) finds the chat unreachable the same way."""
+        if task is None:
+            task = await self.repo.get(int(info["task_id"]))
+        outbox, bot = self.state.outbox, self.app.bot
+        if task is None:  # ended and pruned since: its answer is all there is
+            await outbox.deliver(bot, reply)
+            return
+        if await self._set_aside(info, reply, task):
+            return
+        status = await outbox.deliver(bot, reply)
+        # Refused (403): the outbox marked the chat unreachable, so what can be kept is.
+        if status == "blocked" and not await self._set_aside(info, reply, task):
+            # The chat wrote again since Telegram refused it: once more.
+            await self.state.service.deps.delivery.reopen(reply)
+            status = await outbox.deliver(bot, reply)
+            if status == "blocked":
+                await self._set_aside(info, reply, task)
+        if status == "sent" and task["repeat"]:
+            await self.repo.arrived(int(task["id"]))  # no slot counts as missed any more
+
+    async def _set_aside(self, info: dict[str, Any], reply: Reply, task: dict[str, Any]) -> bool:
+        """While the chat is marked unreachable, hold a one-time task's answer, or count a
+        repeating task's slot missed; return whether it did."""
+        delivery = self.state.service.deps.delivery
+        slot = datetime.fromisoformat(info["slot"])
+        if task["repeat"]:
+            if not await delivery.set_aside(reply, "blocked"):
+                return False
+            await self.repo.missed(int(task["id"]), slot)
+            logger.info("task %s slot %s missed: its chat cannot be reached", task["id"], slot)
+            return True
+        zone = zone_named(task["timezone"]) or self.state.settings.zone
+        due = f"{slot.astimezone(zone):%Y-%m-%d %H:%M}"
+        header = t("task_held", task["language_code"], slot=due)
+        if not await delivery.set_aside(reply, "held", header):
+            return False
+        logger.info("task %s's answer held: its chat cannot be reached", task["id"])
+        return True

@@ -3,9 +3,10 @@
 A user with reminders on who has been silent for REMIND_AFTER_HOURS gets one message,
 written by the chat model from what the bot remembers of them (a fixed text if the model
 fails), stored as an assistant message. The silence is marked before sending, so it is
-answered at most once even if sending fails; a chat that can no longer be reached turns
-the user's reminders off. Group chats are never reminded, nor users the current allowlist
-no longer admits (the caller's `admits`).
+answered at most once even if sending fails; a chat that can no longer be reached (it
+blocked the bot) is not reminded until it writes again, and its /mute stays as the user
+set it (src/services/reachability.py). Group chats are never reminded, nor users the
+current allowlist no longer admits (the caller's `admits`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from src.graph.lang import lang_of
 from src.graph.memory.window import window_size
 from src.graph.model_calls import call_config
 from src.graph.output_caps import REMINDER_TOKENS, was_cut, with_output_cap
+from src.services.reachability import chat_unreachable
 from src.services.texts import t
 from src.services.turn_lock import TurnLocks
 
@@ -71,7 +73,7 @@ class ReminderStats:
     due: int = 0
     sent: int = 0  # delivered, written by the model
     templates: int = 0  # delivered, the fixed text (the model failed)
-    turned_off: int = 0  # unreachable: reminders turned off
+    unreachable: int = 0  # refused (the user blocked the bot): not reminded till they write
     skipped: int = 0  # groups, and users who wrote or muted meanwhile
     refused: int = 0  # users the allowlist no longer admits
     over_budget: int = 0  # over their token budget: due again when it resets
@@ -122,12 +124,12 @@ class ReminderService:
         await asyncio.gather(*(one(user) for user in users))
         if users:
             logger.info(
-                "reminders due=%d sent=%d templates=%d off=%d skipped=%d refused=%d "
+                "reminders due=%d sent=%d templates=%d unreachable=%d skipped=%d refused=%d "
                 "over_budget=%d failed=%d",
                 stats.due,
                 stats.sent,
                 stats.templates,
-                stats.turned_off,
+                stats.unreachable,
                 stats.skipped,
                 stats.refused,
                 stats.over_budget,
@@ -170,6 +172,7 @@ class ReminderService:
             if (
                 fresh is None
                 or fresh["remind_of_yourself"] == "0"
+                or fresh["unreachable_since"] is not None
                 or fresh["last_seen_at"] is None
                 or fresh["last_seen_at"] >= silent_since
                 # Another process (a second bot or a worker) reminded them meanwhile.
@@ -178,14 +181,14 @@ class ReminderService:
                     and fresh["last_reminded_at"] >= fresh["last_seen_at"]
                 )
             ):
-                return "skipped"  # they wrote or muted while the text was being written
+                return "skipped"  # they wrote, muted or blocked the bot meanwhile
             # Marked before sending: a failure below loses this reminder, never doubles it.
             await deps.users.mark_reminded(owner, deps.clock())
             try:
                 await send(owner, text)
             except RecipientGone as exc:
                 await self.recipient_gone(owner, exc)
-                return "turned_off"
+                return "unreachable"
             # Storing it advances seed 000's window counter too.
             await deps.conversations.append_message(
                 conversation_id, "assistant", text, {"reminder": True}
@@ -201,9 +204,9 @@ class ReminderService:
         return "refused"
 
     async def recipient_gone(self, owner_id: int, reason: object) -> None:
-        """Turn reminders off for a chat that refuses the bot's messages (it blocked the bot)."""
-        logger.info("user %s cannot be reached (%s): reminders off", owner_id, reason)
-        await self.deps.users.set_reminders(owner_id, False)
+        """A chat refuses the bot's messages (it blocked the bot): unreachable, and so not
+        reminded, until it writes again; /mute stays as the user set it."""
+        await chat_unreachable(self.deps.users, owner_id, reason)
 
     async def compose(self, user: dict[str, Any], conversation_id: uuid.UUID) -> tuple[str, bool]:
         """Return the reminder text and whether the model wrote it (else the template)."""

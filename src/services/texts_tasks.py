@@ -21,6 +21,9 @@ TASK_TEXTS: dict[str, dict[str, str]] = {
         "позвонить врачу».",
         "tasks_title": "Запланированные задачи ({zone}):",
         "tasks_paused": "Задачи на паузе: /mute — включить снова.",
+        "task_missed": "   пропущено запусков: {count} (последний — {last}): я не смог до вас "
+        "достучаться",
+        "task_held": "⏰ Запланировано на {slot}, но тогда я не смог до вас достучаться:\n\n",
         "task_line": "#{id} {when}{repeat}: {instruction}",
         "task_repeat": " (повтор: {cron})",
         "task_cancel_button": "Отменить #{id}",
@@ -47,6 +50,8 @@ TASK_TEXTS: dict[str, dict[str, str]] = {
         "the dentist”.",
         "tasks_title": "Scheduled tasks ({zone}):",
         "tasks_paused": "Tasks are paused: /mute turns them back on.",
+        "task_missed": "   missed {count} time(s) (the last at {last}): I could not reach you",
+        "task_held": "⏰ Due at {slot}, but I could not reach you then:\n\n",
         "task_line": "#{id} {when}{repeat}: {instruction}",
         "task_repeat": " (repeats: {cron})",
         "task_cancel_button": "Cancel #{id}",

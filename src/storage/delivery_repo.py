@@ -4,11 +4,15 @@ before they are sent), with the job queue's deferral in the inbox's transaction.
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from src.storage.base import Conn, Repository, clean_text
+
+logger = logging.getLogger(__name__)
 
 # The job queue's (procrastinate's) queue, and the task that runs one stored update.
 QUEUE = "tgagent_updates"
@@ -36,6 +40,40 @@ SELECT procrastinate_defer_jobs_v1(ARRAY(
     ORDER BY u.n
 ))
 """
+# A chat that sends an update can be reached again (see sql/0036_unreachable.sql): the
+# chats named come back, then (a statement of its own, so that it sees a reply held by
+# a transaction the first waited for) their held replies are pending again and their
+# runs' inbox rows open, each to be deferred as a job of its chat.
+REACHABLE = """
+UPDATE users SET unreachable_since = NULL
+WHERE telegram_user_id = ANY(%s::bigint[]) AND unreachable_since IS NOT NULL
+RETURNING telegram_user_id
+"""
+RELEASE_HELD = """
+WITH released AS (
+    UPDATE outbox SET status = 'pending'
+    WHERE status = 'held' AND chat_id = ANY(%s::bigint[])
+    RETURNING update_id, chat_id, created_at
+), reopened AS (
+    UPDATE inbox SET done_at = NULL WHERE update_id IN (SELECT update_id FROM released)
+)
+SELECT update_id, chat_id FROM released ORDER BY created_at, update_id
+"""
+# Whether the chat is unreachable, its row locked against the update that clears it
+# until the reply set aside below is committed (RELEASE_HELD then finds it).
+REACH = "SELECT unreachable_since FROM users WHERE telegram_user_id = %s FOR SHARE"
+# A reply kept for later (`held`: headed, once, with why it comes late) or given up
+# (`blocked`) while its chat cannot be reached.
+SET_ASIDE = """
+UPDATE outbox SET status = %s,
+    text = CASE WHEN %s = 'held' AND held_since IS NULL AND cardinality(sent_ids) = 0
+                THEN %s || text ELSE text END,
+    held_since = CASE WHEN %s = 'held' THEN coalesce(held_since, now()) ELSE held_since END
+WHERE update_id = %s AND kind = %s AND status IN ('pending', 'blocked')
+"""
+REOPEN = (
+    "UPDATE outbox SET status = 'pending' WHERE update_id = %s AND kind = %s AND status = 'blocked'"
+)
 INBOX_ROW = "SELECT * FROM inbox WHERE update_id = %s"
 MESSAGE_ID = "SELECT message_id FROM inbox WHERE update_id = %s"
 RECORD_MESSAGE = "UPDATE inbox SET message_id = %s WHERE update_id = %s"
@@ -53,11 +91,17 @@ UPDATE inbox SET message_id = %s, done_at = now()
 WHERE update_id = ANY(%s) AND done_at IS NULL
 """
 # A redelivery is refused by update_id for as long as the row is kept: Telegram keeps an
-# unacknowledged update for 24 hours, so two days is safely past any redelivery.
+# unacknowledged update for 24 hours, so two days is safely past any redelivery. A held
+# reply, and the inbox row it is sent from, wait for their chat however long it takes.
 PRUNE = """
-WITH gone AS (DELETE FROM inbox WHERE done_at < now() - %s),
+WITH gone AS (
+    DELETE FROM inbox WHERE done_at < now() - %s
+    AND NOT EXISTS (
+        SELECT 1 FROM outbox o WHERE o.update_id = inbox.update_id AND o.status = 'held'
+    )
+),
 erased AS (DELETE FROM inbox_erased WHERE erased_at < now() - %s)
-DELETE FROM outbox WHERE status <> 'pending' AND created_at < now() - %s
+DELETE FROM outbox WHERE status NOT IN ('pending', 'held') AND created_at < now() - %s
 """
 
 # An update's outbox rows: its reply (kind 'reply') and the messages its turn sends
@@ -155,14 +199,22 @@ class DeliveryRepository(Repository):
     """Inbox and outbox rows, keyed by Telegram's update_id."""
 
     async def store_updates(
-        self, updates: list[tuple[int, int | None, dict[str, Any]]], queue: str, task: str
+        self,
+        updates: list[tuple[int, int | None, dict[str, Any]]],
+        queue: str,
+        task: str,
+        present: Sequence[int] = (),
     ) -> list[int]:
         """Store (update_id, chat_id, payload) rows not seen before and defer their jobs.
+
+        `present`: the chats the updates came from, stored or not (an update from a chat
+        is the sign it can be reached again): those marked unreachable are cleared, and
+        their held replies are sent again, before the new updates' jobs.
 
         One transaction: a crash stores both the updates and their jobs, or neither (and
         then Telegram sends them again). Returns the update ids that were new.
         """
-        if not updates:
+        if not updates and not present:
             return []
         ids = [u[0] for u in updates]
         chats = [u[1] for u in updates]
@@ -170,12 +222,49 @@ class DeliveryRepository(Repository):
         payloads = [json.dumps(u[2]) for u in updates]
         albums = [_media_group(u[2]) for u in updates]
         async with self.pool.connection() as conn, conn.transaction():
-            cur = await conn.execute(STORE_UPDATES, (ids, chats, payloads, albums))
-            new = sorted((r["update_id"], r["chat_id"]) for r in await cur.fetchall())
+            new: list[tuple[int, int]] = []
+            if updates:
+                cur = await conn.execute(STORE_UPDATES, (ids, chats, payloads, albums))
+                new = sorted((r["update_id"], r["chat_id"]) for r in await cur.fetchall())
+            if present:
+                await self._reachable(conn, sorted(set(present)), queue, task)
             if new:
                 locks = [f"chat:{chat}" if chat is not None else None for _, chat in new]
                 await conn.execute(DEFER_JOBS, (queue, task, [i for i, _ in new], locks))
         return [i for i, _ in new]
+
+    @staticmethod
+    async def _reachable(conn: Conn, chats: list[int], queue: str, task: str) -> None:
+        """Clear the unreachable mark of `chats`, and defer the jobs that send the
+        replies held for them (in the caller's transaction)."""
+        rows = await (await conn.execute(REACHABLE, (chats,))).fetchall()
+        back = [r["telegram_user_id"] for r in rows]
+        if not back:
+            return
+        held = await (await conn.execute(RELEASE_HELD, (back,))).fetchall()
+        logger.info("chats %s write again: %d held replies go out", back, len(held))
+        if held:
+            locks = [f"chat:{r['chat_id']}" for r in held]
+            await conn.execute(DEFER_JOBS, (queue, task, [r["update_id"] for r in held], locks))
+
+    async def set_aside(self, reply: Reply, status: str, header: str = "") -> bool:
+        """While the reply's chat is marked unreachable, keep the reply for later
+        (`held`, its text headed once with `header`) or give it up (`blocked`) instead of
+        sending it. Return whether it was set aside (False: the chat is reachable)."""
+        async with self.pool.connection() as conn, conn.transaction():
+            row = await (await conn.execute(REACH, (reply.chat_id,))).fetchone()
+            if row is None or row["unreachable_since"] is None:
+                return False
+            params = (status, status, header, status, reply.update_id, reply.kind)
+            await conn.execute(SET_ASIDE, params)
+        reply.status = status
+        return True
+
+    async def reopen(self, reply: Reply) -> None:
+        """Make a reply Telegram refused (`blocked`) pending again, to be sent again."""
+        async with self._conn() as conn:
+            await conn.execute(REOPEN, (reply.update_id, reply.kind))
+        reply.status = "pending"
 
     async def inbox_row(self, update_id: int) -> dict[str, Any] | None:
         """Return the stored update (its `payload` decoded), or None."""
@@ -257,7 +346,8 @@ class DeliveryRepository(Repository):
     async def close(
         self, update_id: int, status: str, error: str | None = None, kind: str = REPLY_KIND
     ) -> None:
-        """Mark the reply sent, or finally refused (`blocked`, `rejected`, `failed`)."""
+        """Mark the reply sent, or finally refused (`blocked`, `rejected`, `failed`); a
+        reply held for an unreachable chat is `set_aside`."""
         params = (status, error and error[:500], status, update_id, kind)
         async with self._conn() as conn:
             await conn.execute(CLOSE, params)

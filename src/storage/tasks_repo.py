@@ -52,6 +52,13 @@ INSERT INTO inbox (update_id, chat_id, payload) VALUES (%s, %s, %s)
 ON CONFLICT (update_id) DO NOTHING
 """
 ADVANCE = "UPDATE scheduled_tasks SET next_at = %s WHERE id = %s"
+# A repeating task's slot its chat could not receive (sql/0036_unreachable.sql): counted
+# until one of its answers arrives again.
+MISSED = """
+UPDATE scheduled_tasks SET missed = missed + 1, missed_last = greatest(missed_last, %s)
+WHERE id = %s
+"""
+ARRIVED = "UPDATE scheduled_tasks SET missed = 0, missed_last = NULL WHERE id = %s AND missed > 0"
 FINISH = "UPDATE scheduled_tasks SET status = 'done', next_at = NULL WHERE id = %s"
 RUNS = "SELECT * FROM task_runs WHERE task_id = %s ORDER BY slot"
 # A claimed slot is kept while its job could run again (procrastinate retries a failed
@@ -145,6 +152,16 @@ class TaskRepository(Repository):
         async with self._conn() as conn:
             return await (await conn.execute(RUNS, (task_id,))).fetchall()
 
+    async def missed(self, task_id: int, slot: datetime) -> None:
+        """Count the task's `slot` as missed: its answer could not be delivered."""
+        async with self._conn() as conn:
+            await conn.execute(MISSED, (slot, task_id))
+
+    async def arrived(self, task_id: int) -> None:
+        """One of the task's answers was delivered: no slot counts as missed any more."""
+        async with self._conn() as conn:
+            await conn.execute(ARRIVED, (task_id,))
+
     async def claim(
         self,
         task_id: int,
@@ -153,7 +170,8 @@ class TaskRepository(Repository):
     ) -> Claim | None:
         """Claim the due `slot` of the task, once, in one transaction: decide its outcome
         (`decide(task) -> (outcome, late, next_at)`), store a run in the inbox with its
-        chat's job when the outcome is "run", and defer the next slot. None: the slot is
+        chat's job when the outcome is "run" (count it on the task when "missed"), and
+        defer the next slot. None: the slot is
         not the task's waiting one any more (cancelled, erased, claimed already)."""
         async with self.pool.connection() as conn, conn.transaction():
             task = await (await conn.execute(TASK_FOR_UPDATE, (task_id,))).fetchone()
@@ -165,6 +183,8 @@ class TaskRepository(Repository):
             if claimed is None:
                 return None
             update_id = None
+            if outcome == "missed":
+                await conn.execute(MISSED, (slot, task_id))
             if outcome == "run":
                 update_id = int(claimed["update_id"])
                 chat = int(task["owner_id"])

@@ -1,4 +1,5 @@
-"""Users: identity, seed 000's context window counter and reminders flag."""
+"""Users: identity, seed 000's context window counter and reminders flag, and whether
+the chat can be reached (a 403 from Telegram; not the same as /mute)."""
 
 from __future__ import annotations
 
@@ -39,10 +40,17 @@ INSERT INTO users (telegram_user_id, timezone) VALUES (%s, %s)
 ON CONFLICT (telegram_user_id) DO UPDATE SET timezone = EXCLUDED.timezone
 """
 MARK_REMINDED = "UPDATE users SET last_reminded_at = %s WHERE telegram_user_id = %s"
-# Silent since `before`, reminders on, not reminded during this silence.
+# Set once, when a chat first refuses a message; the chat's next update clears it
+# (src/storage/delivery_repo.py, where updates are stored).
+MARK_UNREACHABLE = """
+UPDATE users SET unreachable_since = now()
+WHERE telegram_user_id = %s AND unreachable_since IS NULL
+"""
+# Silent since `before`, reminders on, reachable, not reminded during this silence.
 SELECT_DUE_REMINDERS = """
 SELECT * FROM users
 WHERE remind_of_yourself <> '0' AND last_seen_at IS NOT NULL AND last_seen_at < %s
+  AND unreachable_since IS NULL
   AND (last_reminded_at IS NULL OR last_reminded_at < last_seen_at)
   AND (last_seen_at, telegram_user_id) > (%s, %s)
 ORDER BY last_seen_at, telegram_user_id LIMIT %s
@@ -125,6 +133,13 @@ class UsersRepository(Repository):
         """Turn reminders on or off."""
         async with self._conn(conn) as c:
             await c.execute(SET_REMIND, ("1" if enabled else "0", telegram_user_id))
+
+    async def mark_unreachable(self, telegram_user_id: int, conn: Conn | None = None) -> bool:
+        """Record that the chat refuses the bot's messages (it blocked the bot); return
+        whether this is news (it was reachable until now). Reminders are left as they
+        are: /mute is the user's choice alone."""
+        async with self._conn(conn) as c:
+            return (await c.execute(MARK_UNREACHABLE, (telegram_user_id,))).rowcount > 0
 
     async def mark_reminded(
         self, telegram_user_id: int, when: datetime, conn: Conn | None = None

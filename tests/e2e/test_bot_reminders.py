@@ -95,9 +95,11 @@ async def test_muted_blocked_and_group_chats_are_not_reminded(
     sent_before = len(tg.sent)
 
     stats = await send_reminders(bot.app)
-    assert (stats.due, stats.turned_off, stats.skipped, stats.sent) == (2, 1, 1, 0)
+    assert (stats.due, stats.unreachable, stats.skipped, stats.sent) == (2, 1, 1, 0)
     assert len(tg.sent) == sent_before
-    assert (await user_row(pool, blocked))["remind_of_yourself"] == "0"
+    # Unreachable, which is not muted: /mute stays the user's own choice.
+    gone = await user_row(pool, blocked)
+    assert gone["unreachable_since"] is not None and gone["remind_of_yourself"] == "1"
     assert await last_stored(pool, blocked) != ("assistant", t("reminder", "ru"))
     assert (await user_row(pool, group))["last_reminded_at"] is not None
     assert (await send_reminders(bot.app)).due == 0

@@ -153,7 +153,7 @@ async def test_refused_formatting_falls_back_to_plain_text(
     )
 
 
-async def test_a_blocked_bot_costs_one_attempt_and_ends_reminders(
+async def test_a_blocked_bot_costs_one_attempt_and_pauses_reminders(
     start_bot: Any,
     tg: FakeBotAPI,
     llm: Any,
@@ -182,9 +182,12 @@ async def test_a_blocked_bot_costs_one_attempt_and_ends_reminders(
 
     async with pool.connection() as conn:
         cur = await conn.execute(
-            "SELECT remind_of_yourself FROM users WHERE telegram_user_id = %s", (user,)
+            "SELECT remind_of_yourself, unreachable_since FROM users WHERE telegram_user_id = %s",
+            (user,),
         )
-        assert (await cur.fetchone())["remind_of_yourself"] == "0"
+        row = await cur.fetchone()
+        # Unreachable until it writes again, not muted: /mute is the user's choice alone.
+        assert row["unreachable_since"] is not None and row["remind_of_yourself"] == "1"
         await conn.execute(
             "UPDATE users SET last_seen_at = last_seen_at - interval '30 hours'"
             " WHERE telegram_user_id = %s",

@@ -7,6 +7,7 @@ from typing import Any
 from src.bot.formatting import Part, reply_parts
 from src.bot.outbox import Outbox
 from src.storage.delivery_repo import Delivery, DeliveryRepository
+from src.storage.users_repo import UsersRepository
 
 
 async def jobs(pool: Any) -> list[dict[str, Any]]:
@@ -74,3 +75,43 @@ async def test_a_reply_with_no_text_is_rejected_never_marked_sent(pool: Any) -> 
     assert stored is not None and (stored.status, stored.sent_ids) == ("rejected", [])
     assert reply_parts("```\n```", "markdown") == [Part("```\n```")]
     assert reply_parts("```\n```", "markdown", raw_if_empty=False) == []
+
+
+async def test_a_reply_held_for_an_unreachable_chat_outlives_the_prune_until_it_writes(
+    pool: Any,
+) -> None:
+    """While its chat is unreachable a reply is held (headed once), kept past the prune
+    with its inbox row; the chat's next update clears the mark and sends it first."""
+    repo, users = DeliveryRepository(pool), UsersRepository(pool)
+    await users.get_or_create(5)
+    await repo.store_updates([(-1, 5, {"task_run": {}})], "q", "t")
+    await repo.add_reply(Delivery(-1, 5), "answer")
+    await repo.finish(-1)
+    reply = await repo.reply(-1)
+    assert reply is not None
+    assert not await repo.set_aside(reply, "held", "late: ")  # reachable: sent as usual
+    assert await users.mark_unreachable(5) and not await users.mark_unreachable(5)
+    assert await repo.set_aside(reply, "held", "late: ")
+    assert await repo.set_aside(reply, "held", "late: ")  # headed once
+    async with pool.connection() as conn:
+        await conn.execute(
+            "UPDATE inbox SET done_at = now() - interval '3 days' WHERE update_id = -1"
+        )
+        await conn.execute(
+            "UPDATE outbox SET created_at = now() - interval '3 days' WHERE update_id = -1"
+        )
+    assert await repo.prune() == 0
+    held = await repo.reply(-1)
+    assert held is not None and (held.status, held.text) == ("held", "late: answer")
+
+    # An update not stored (ignored, a button) from another chat changes nothing.
+    await repo.store_updates([], "q", "t", present=[6])
+    still = await repo.reply(-1)
+    assert still is not None and still.status == "held"
+    await repo.store_updates([(7, 5, {})], "q", "t", present=[5])
+    released = await repo.reply(-1)
+    assert released is not None and released.status == "pending"
+    row = await repo.inbox_row(-1)
+    assert row is not None and row["done_at"] is None
+    assert (await users.get(5) or {})["unreachable_since"] is None
+    assert [j["args"]["update_id"] for j in await jobs(pool)][-2:] == [-1, 7]
