@@ -16,7 +16,7 @@ them moves. What makes that safe:
 3. Whatever is written for the old id later (usage rows and embeddings written in the
    background, work of another process) follows the move in the database: the move is
    recorded and locks the group's row, and every insert for a moved group takes its new
-   id (sql/0035_chat_moves.sql). Memory work guarded by the group's memory epoch finds
+   id (sql/0034_chat_moves.sql). Memory work guarded by the group's memory epoch finds
    the group's row gone and stores nothing; it marked nothing either, so it is done
    again for the supergroup.
 4. A turn that starts for the old id after the move (an update of the old chat queued

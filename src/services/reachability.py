@@ -2,7 +2,7 @@
 from the group): unreachable until they write again, which is not muted.
 
 /mute is the user's choice and stays theirs: a 403 never turns reminders off. It marks
-the chat unreachable instead (`users.unreachable_since`, sql/0036_unreachable.sql), and
+the chat unreachable instead (`users.unreachable_since`, sql/0035_unreachable.sql), and
 nothing is sent to it meanwhile: no reminders, a one-time task's answer held for later,
 a repeating task's slots counted as missed (src/bot/task_runs.py). The chat's next update
 clears the mark and sends what was held (src/storage/delivery_repo.py).

@@ -11,7 +11,7 @@ One transaction, recorded in `chat_moves`: moving again (Telegram tells the upgr
 both chats, and a reply refused for the old id tells it again) finds nothing left under
 the old id. It first locks the group's conversations and then its `users` row (the order
 of src/storage/epochs.py), and a row inserted for the old id afterwards, by whatever
-writes in the background, follows the move (sql/0035_chat_moves.sql): its insert waits for
+writes in the background, follows the move (sql/0034_chat_moves.sql): its insert waits for
 a move under way on that same row, and then reads the move. An insert that came first is
 waited for by the move, which then finds its row. So nothing written for the group stays
 under the old id, whenever it is written.

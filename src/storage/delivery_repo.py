@@ -40,7 +40,7 @@ SELECT procrastinate_defer_jobs_v1(ARRAY(
     ORDER BY u.n
 ))
 """
-# A chat that sends an update can be reached again (see sql/0036_unreachable.sql): the
+# A chat that sends an update can be reached again (see sql/0035_unreachable.sql): the
 # chats named come back, then (a statement of its own, so that it sees a reply held by
 # a transaction the first waited for) their held replies are pending again and their
 # runs' inbox rows open, each to be deferred as a job of its chat.

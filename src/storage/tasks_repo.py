@@ -52,7 +52,7 @@ INSERT INTO inbox (update_id, chat_id, payload) VALUES (%s, %s, %s)
 ON CONFLICT (update_id) DO NOTHING
 """
 ADVANCE = "UPDATE scheduled_tasks SET next_at = %s WHERE id = %s"
-# A repeating task's slot its chat could not receive (sql/0036_unreachable.sql): counted
+# A repeating task's slot its chat could not receive (sql/0035_unreachable.sql): counted
 # until one of its answers arrives again.
 MISSED = """
 UPDATE scheduled_tasks SET missed = missed + 1, missed_last = greatest(missed_last, %s)
