@@ -133,7 +133,7 @@ async def test_a_worker_killed_under_load_loses_and_repeats_nothing(
         for i in range(rounds):
             for chat in chats:
                 tg.push_text(chat, f"{chat}-{i}")
-        await await_total(tg, chats, total // 4, timeout=90)
+        await await_total(tg, chats, total // 4, timeout=240)
         # Killed while its turns wait for the model, not between Telegram accepting a
         # reply and the outbox recording it: that window (milliseconds) is the one place
         # a reply can go twice, as after a sendMessage timeout; no API call closes it.
@@ -143,7 +143,7 @@ async def test_a_worker_killed_under_load_loses_and_repeats_nothing(
         llm.delay = 0.05
         await asyncio.to_thread(victim.wait, 10)
         killed_at = sum(len(tg.messages_to(c)) for c in chats)
-        await await_total(tg, chats, total, timeout=90)
+        await await_total(tg, chats, total, timeout=240)
         elapsed = time.monotonic() - began
         await asyncio.sleep(1.0)  # time enough for a duplicate to show
         for proc in (survivor, bot):
