@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from src.config import Settings
+if TYPE_CHECKING:
+    from src.config import Settings
 
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 
@@ -36,16 +37,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def register(sub: Any, db_sub: Any) -> None:
-    """Add `tgagent bench [--quick] [--out PATH] ...`."""
+    """Add `tgagent bench [--quick] [--out PATH] ...` and its subcommands; `sub` makes
+    `CommandParser`s (src/cli/__init__.py), so the benches, which import most of tgagent,
+    are loaded only when `tgagent bench` is used."""
+    del db_sub
     parser = sub.add_parser(
         "bench",
-        help="measure per-turn cost against a plain LangGraph agent",
+        help="measure per-turn cost against a plain LangGraph agent, and the other benches",
         description="Measure tgagent's per-turn overhead, database work, throughput, growth, "
-        "token spend and checkpoint size, side by side with LangGraph's prebuilt ReAct agent.",
+        "token spend and checkpoint size, side by side with LangGraph's prebuilt ReAct agent; "
+        "or run one of the other benches (`tgagent bench NAME --help`).",
+        fill=_fill,
     )
-    add_arguments(parser)
     parser.set_defaults(handler=_bench)
-    from bench import budget, delivery, live, media, memory_load, recall
+
+
+def _fill(parser: argparse.ArgumentParser) -> None:
+    """Add the turn bench's options and the other benches as subcommands."""
+    add_arguments(parser)
+    from bench import budget, delivery, live, media, memory_load, recall, startup
 
     sub = recall.register(parser)
     delivery.register(sub)
@@ -53,3 +63,4 @@ def register(sub: Any, db_sub: Any) -> None:
     media.register(sub)
     memory_load.register(sub)
     budget.register(sub)
+    startup.register(sub)

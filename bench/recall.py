@@ -942,7 +942,7 @@ async def _command(args: argparse.Namespace, settings: Any) -> int:
 def register(bench_parser: argparse.ArgumentParser) -> Any:
     """Add `tgagent bench recall [options]` under the `tgagent bench` parser; return the
     subcommands (other benches add theirs)."""
-    sub = bench_parser.add_subparsers(dest="bench_command", metavar="{recall,delivery,live}")
+    sub = bench_parser.add_subparsers(dest="bench_command", title="other benches")
     parser = sub.add_parser(
         "recall",
         help="recall@k and MRR of history search against BM25 and embeddings",

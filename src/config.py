@@ -11,7 +11,6 @@ from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import platformdirs
-import psycopg
 from dotenv import dotenv_values
 from pydantic import (
     BaseModel,
@@ -284,6 +283,8 @@ class Settings(BaseSettings):
         raw = value.get_secret_value()
         if "://" not in raw and "=" in raw:
             # libpq's key=value form ("host=... dbname=..."), as psycopg accepts it
+            import psycopg  # here, not at start: `tgagent --help` loads no driver
+
             try:
                 psycopg.conninfo.conninfo_to_dict(raw)
             except psycopg.ProgrammingError:
@@ -333,6 +334,8 @@ class Settings(BaseSettings):
         if not self.pg_host:
             return None
         password = self.pg_password.get_secret_value() if self.pg_password else None
+        import psycopg
+
         # make_conninfo quotes and escapes: spaces, quotes, `=` and backslashes survive.
         return psycopg.conninfo.make_conninfo(
             "",
@@ -396,6 +399,11 @@ WEBHOOK_SECRET_MISSING = (
     "WEBHOOK_SECRET_TOKEN is not set: a webhook without it lets anyone who finds the URL act"
     " as any user; set it to a long random string (letters, digits, _ and -)"
 )
+
+
+def model_configured(settings: Settings) -> bool:
+    """Tell whether an endpoint is configured (a key, or a base URL for local servers)."""
+    return settings.openai_api_key is not None or bool(settings.openai_base_url)
 
 
 class ConfigError(RuntimeError):

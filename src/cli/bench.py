@@ -7,9 +7,10 @@ import sys
 from importlib import import_module
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from src.config import Settings
+if TYPE_CHECKING:
+    from src.config import Settings
 
 # `bench` is not installed with the package: it runs from the source checkout, which is
 # where `src` lives when tgagent is installed with `pip install -e .`.

@@ -7,11 +7,10 @@ import asyncio
 import contextlib
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from telegram.error import InvalidToken, NetworkError
-
-from src.config import WEBHOOK_SECRET_MISSING, Settings
+if TYPE_CHECKING:
+    from src.config import Settings
 
 
 def register(sub: Any, db_sub: Any) -> None:
@@ -45,8 +44,12 @@ async def run_bot(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     receive = getattr(args, "receive", True)
     if receive and settings.webhook_url and settings.webhook_secret_token is None:
+        from src.config import WEBHOOK_SECRET_MISSING
+
         print(f"tgagent: {WEBHOOK_SECRET_MISSING}", file=sys.stderr)  # noqa: T201
         return 2
+    from telegram.error import InvalidToken, NetworkError
+
     from src.bot.app import build_application, serve
 
     app = build_application(settings)

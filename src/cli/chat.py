@@ -7,22 +7,18 @@ import asyncio
 import getpass
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from src.cli.logging_setup import one_line_logs
-from src.config import Settings
-from src.graph.lang import terminal_lang
-from src.graph.rights import Role
-from src.services import local_model
-from src.services.agent_service import AgentService, Identity, TurnStream
-from src.services.erasure import CONFIRM_WORDS, erased_sentence
-from src.services.export import write_files
-from src.services.factory import build_runtime
-from src.services.llm_service import model_configured
 from src.services.texts import status_line, t
-from src.storage.memory_repo import fact_value
+
+# The service and what it brings (LangChain, LangGraph, psycopg) are imported when the
+# chat starts, after its first prompt: not for `tgagent --help` or another command.
+if TYPE_CHECKING:
+    from src.config import Settings
+    from src.services.agent_service import AgentService, Identity, TurnStream
 
 EXIT_COMMANDS = frozenset({"/exit", "/quit", "/q"})
+PROMPT = "you> "
 
 
 def register(sub: Any, db_sub: Any) -> None:
@@ -42,6 +38,8 @@ def register(sub: Any, db_sub: Any) -> None:
 
 def format_memory(report: dict[str, Any], lang: str) -> str:
     """Return /memory for the terminal: its dates in the owner's zone, as the bot's."""
+    from src.storage.memory_repo import fact_value
+
     zone = report.get("zone")
     lines = [
         f"window: {report['window']} messages, stored: {report['stored_messages']}",
@@ -101,6 +99,9 @@ async def own_data(
 ) -> str:
     """/export: write everything kept about the user into files in `where` (default: the
     working directory) and say where; /erase: ask to confirm; /erase yes: erase it all."""
+    from src.services.erasure import CONFIRM_WORDS, erased_sentence
+    from src.services.export import write_files
+
     lang = identity.language_code
     if command == "/export":
         paths = write_files(await service.export(identity), where or Path.cwd())
@@ -125,6 +126,8 @@ class Printer:
     """Print a turn's answer as the model writes it; then only what differs."""
 
     def __init__(self, stdout: TextIO, lang: str | None) -> None:
+        from src.services.agent_service import TurnStream
+
         self.stdout = stdout
         self.lang = lang
         self.written = ""
@@ -159,14 +162,16 @@ async def chat_loop(
     stdin: TextIO,
     stdout: TextIO,
     stream: bool = True,
+    prompted: bool = False,
 ) -> None:
     """Read lines until EOF or /exit, answering each (`stream`: as it is written, when a
-    person types at a terminal)."""
+    person types at a terminal; `prompted`: the first prompt is already shown)."""
     interactive = stdin.isatty()
     while True:
-        if interactive:
-            stdout.write("you> ")
+        if interactive and not prompted:
+            stdout.write(PROMPT)
             stdout.flush()
+        prompted = False
         line = await asyncio.to_thread(stdin.readline)
         if not line:
             break
@@ -194,6 +199,9 @@ async def find_model(settings: Settings, lang: str) -> Settings | None:
 
     Without either, print the ways to configure one (in `lang`) and return None.
     """
+    from src.config import model_configured
+    from src.services import local_model
+
     if model_configured(settings):
         return settings
     found = await asyncio.to_thread(local_model.discover, settings.llm_model)
@@ -210,15 +218,36 @@ async def find_model(settings: Settings, lang: str) -> Settings | None:
 
 async def run_chat(args: argparse.Namespace, settings: Settings) -> int:
     """Run the terminal chat until EOF."""
+    from src.cli.logging_setup import one_line_logs
+    from src.graph.lang import terminal_lang
+
     one_line_logs()
     lang = args.lang or terminal_lang()
     configured = await find_model(settings, lang)
     if configured is None:
         return 2
-    runtime = await build_runtime(configured)
+    # The first prompt before the runtime (imports, the database): a person can start
+    # typing meanwhile, and the line is read once the runtime is there.
+    prompted = sys.stdin.isatty()
+    if prompted:
+        sys.stdout.write(PROMPT)
+        sys.stdout.flush()
+    try:
+        from src.graph.rights import Role
+        from src.services.agent_service import Identity
+        from src.services.factory import build_runtime
+
+        runtime = await build_runtime(configured)
+    except BaseException:
+        if prompted:  # the error's line starts on a line of its own
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+        raise
     try:
         identity = Identity(args.user_id, getpass.getuser(), None, lang, role=Role.TERMINAL)
-        await chat_loop(runtime.service, identity, sys.stdin, sys.stdout, configured.stream_replies)
+        await chat_loop(
+            runtime.service, identity, sys.stdin, sys.stdout, configured.stream_replies, prompted
+        )
     finally:
         await runtime.close()
     return 0

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from src.config import Settings
-from src.storage.migrations import (
-    applied_versions,
-    discover,
-    migrate,
-    require_migrations,
-)
-from src.storage.pg_client import open_pool_from_settings
+if TYPE_CHECKING:
+    from src.config import Settings
 
 
 async def _db_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    from src.storage.migrations import migrate, require_migrations
+    from src.storage.pg_client import open_pool_from_settings
+
     require_migrations()  # before starting or touching any database
     pool = await open_pool_from_settings(settings)
     try:
@@ -31,6 +28,9 @@ async def _db_migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _db_status(args: argparse.Namespace, settings: Settings) -> int:
+    from src.storage.migrations import applied_versions, discover
+    from src.storage.pg_client import open_pool_from_settings
+
     pool = await open_pool_from_settings(settings)
     try:
         rows = await applied_versions(pool)
@@ -50,6 +50,8 @@ async def _db_embed(args: argparse.Namespace, settings: Settings) -> int:
     from src.services.embedding_worker import EmbeddingWorker
     from src.services.embeddings import make_embedder
     from src.storage.embedding_repo import EmbeddingRepository
+    from src.storage.migrations import migrate
+    from src.storage.pg_client import open_pool_from_settings
 
     embedder = make_embedder(settings)
     if embedder is None:

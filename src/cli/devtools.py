@@ -8,12 +8,14 @@ import json
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from src.config import Settings
-from src.devtools.common import DevtoolsError, opened_pool, require_checkpoint_tables
+if TYPE_CHECKING:
+    from src.config import Settings
 
-Handler = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
+Handler = Callable[[argparse.Namespace, "Settings"], Coroutine[Any, Any, int]]
+FORMATS = ("mermaid", "ascii", "html", "png")
+"""What `tgagent graph --format` draws (src/devtools/graph_view.py renders each)."""
 
 
 def _out(text: str) -> None:
@@ -35,6 +37,8 @@ def reporting(handler: Handler) -> Handler:
     """Turn a DevtoolsError into one line on stderr and its exit code."""
 
     async def run(args: argparse.Namespace, settings: Settings) -> int:
+        from src.devtools.common import DevtoolsError
+
         try:
             return await handler(args, settings)
         except DevtoolsError as exc:
@@ -46,6 +50,7 @@ def reporting(handler: Handler) -> Handler:
 
 async def graph_command(args: argparse.Namespace, settings: Settings) -> int:
     """Draw the graph in the chosen format."""
+    from src.devtools.common import DevtoolsError
     from src.devtools.graph_view import offline_graph, render_ascii, render_png
     from src.devtools.html_page import render_html
 
@@ -74,6 +79,7 @@ async def graph_command(args: argparse.Namespace, settings: Settings) -> int:
 async def runs_list_command(args: argparse.Namespace, settings: Settings) -> int:
     """List the newest turns."""
     from src.devtools.checkpoints import CheckpointReader
+    from src.devtools.common import opened_pool, require_checkpoint_tables
     from src.devtools.runs import format_turn_list, turn_summary
 
     async with opened_pool(settings) as pool:
@@ -89,6 +95,7 @@ async def runs_list_command(args: argparse.Namespace, settings: Settings) -> int
 async def runs_show_command(args: argparse.Namespace, settings: Settings) -> int:
     """Show one turn node by node."""
     from src.devtools.checkpoints import CheckpointReader
+    from src.devtools.common import opened_pool, require_checkpoint_tables
     from src.devtools.runs import detail_json, format_turn_detail, turn_detail
 
     async with opened_pool(settings) as pool:
@@ -103,6 +110,7 @@ async def runs_show_command(args: argparse.Namespace, settings: Settings) -> int
 
 async def replay_command(args: argparse.Namespace, settings: Settings) -> int:
     """Replay a turn from a checkpoint and print both replies."""
+    from src.devtools.common import opened_pool, require_checkpoint_tables
     from src.devtools.replay import replay
     from src.devtools.replay_view import format_outcome, outcome_json
 
@@ -120,6 +128,7 @@ async def replay_command(args: argparse.Namespace, settings: Settings) -> int:
 
 async def prune_command(args: argparse.Namespace, settings: Settings) -> int:
     """Prune checkpoints to the last CHECKPOINT_KEEP turns per conversation."""
+    from src.devtools.common import opened_pool
     from src.devtools.prune import prune_checkpoints
 
     keep = args.keep or settings.checkpoint_keep
@@ -136,8 +145,6 @@ async def prune_command(args: argparse.Namespace, settings: Settings) -> int:
 
 def register(sub: Any, db_sub: Any) -> None:
     """Add the developer commands to `tgagent` and `tgagent db`."""
-    from src.devtools.graph_view import FORMATS
-
     graph = sub.add_parser("graph", help="draw the conversation graph")
     graph.add_argument("--format", choices=FORMATS, default="mermaid")
     graph.add_argument("--out", type=Path, help="write to FILE (needed for png)")

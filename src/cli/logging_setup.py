@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import TYPE_CHECKING
 
 from pydantic import SecretStr
 
-from src.config import Settings
-from src.graph.memory.errors import describe
+if TYPE_CHECKING:
+    from src.config import Settings
 
 # Bot API URLs carry the token in the path; mask any that slip into a message.
 _TOKEN_IN_URL = re.compile(r"/bot\d+:[A-Za-z0-9_-]+")
@@ -66,6 +67,9 @@ class OneLineFormatter(logging.Formatter):
         finally:
             record.exc_info, record.exc_text, record.stack_info = kept
         if exc is not None:
+            # Imported on the first exception, not at start: it loads the model libraries.
+            from src.graph.memory.errors import describe
+
             line += f" ({describe(exc)})"
         line = " ".join(line.split())
         return self.redact.clean(line) if self.redact is not None else line

@@ -4,15 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from src.config import Settings
-from src.graph.deps import utc_now
-from src.graph.tokens import ApproxCounter
-from src.services.usage import Usage
-from src.services.usage_report import UsageReports
-from src.storage.migrations import migrate
-from src.storage.pg_client import open_pool_from_settings
+if TYPE_CHECKING:
+    from src.config import Settings
 
 COLUMNS = ("calls", "input_tokens", "cached_tokens", "output_tokens")
 HEADERS = ("calls", "input", "cached", "output", "cost")
@@ -49,6 +44,13 @@ def render(report: dict[str, Any]) -> str:
 
 
 async def _usage(args: argparse.Namespace, settings: Settings) -> int:
+    from src.graph.deps import utc_now
+    from src.graph.tokens import ApproxCounter
+    from src.services.usage import Usage
+    from src.services.usage_report import UsageReports
+    from src.storage.migrations import migrate
+    from src.storage.pg_client import open_pool_from_settings
+
     pool = await open_pool_from_settings(settings)
     try:
         await migrate(pool)

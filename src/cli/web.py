@@ -6,9 +6,10 @@ import argparse
 import asyncio
 import contextlib
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from src.config import Settings
+if TYPE_CHECKING:
+    from src.config import Settings
 
 CLOSE_SECONDS = 5.0
 """How long Ctrl-C waits for open connections to close before the command exits."""

@@ -24,7 +24,6 @@ from src.storage.pg_client import make_pool
 from src.storage.search_repo import SearchRepository
 from src.storage.users_repo import UsersRepository
 
-FORMATS = ("mermaid", "ascii", "html", "png")
 # A DSN that is never connected to: the graph's structure needs no I/O.
 _NOWHERE = "postgresql://tgagent-offline.invalid/none"
 PNG_HELP = (

@@ -9,6 +9,7 @@ done with the graph. The server brings its own checkpointer, so none is compiled
 """
 
 # No `from __future__ import annotations`: the server reads the factories' annotations.
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, TypedDict
@@ -69,11 +70,14 @@ def build_chat_graph(deps: GraphDeps) -> Any:
 
 @asynccontextmanager
 async def _deps() -> AsyncIterator[GraphDeps]:
-    settings = load_settings()
+    # In a thread: reading `.env` blocks, and the dev server refuses blocking calls on its
+    # event loop (unless `langgraph dev --allow-blocking`).
+    settings = await asyncio.to_thread(load_settings)
     pool = await open_pool_from_settings(settings)
     try:
         await migrate(pool)
-        yield make_deps(settings, pool)
+        # Building the models' HTTP clients reads certificates: in a thread too.
+        yield await asyncio.to_thread(make_deps, settings, pool)
     finally:
         await pool.close()
 

@@ -18,9 +18,7 @@ import re
 import struct
 import zipfile
 import zlib
-from dataclasses import dataclass
 from datetime import datetime, time
-from typing import Literal
 
 import docx
 import docx.opc.exceptions
@@ -37,6 +35,8 @@ from pptx.shapes.graphfrm import GraphicFrame
 from pptx.shapes.group import GroupShape
 from pypdf import PdfReader
 from pypdf.errors import DependencyError, PyPdfError
+
+from src.media.document_types import Document, DocumentError, TextBudget
 
 # "txt": any text file, whatever its name says; "md" and "csv" are text read as such.
 FORMATS = ("pdf", "docx", "xlsx", "pptx", "txt", "md", "csv")
@@ -105,43 +105,6 @@ OFFICE_FAILURES = (
 # an "EncryptionInfo" stream (its directory names are UTF-16).
 OLE_SIGNATURE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 OLE_ENCRYPTION_INFO = "EncryptionInfo".encode("utf-16-le")
-
-Reason = Literal["unsupported", "broken", "encrypted", "empty", "too_big", "too_heavy"]
-"""`too_heavy`: reading it took more time or memory than the sandbox allows."""
-
-
-@dataclass(frozen=True)
-class TextBudget:
-    """Where reading a document stops: what lies past it is never parsed."""
-
-    pages: int = 300
-    """PDF pages."""
-    paragraphs: int = 100_000
-    """DOCX paragraphs and tables, XLSX rows, PPTX shapes."""
-    chars: int = 4_000_000
-    """Characters of text; the page or paragraph that reaches it is the last one read."""
-
-
-@dataclass(frozen=True)
-class Document:
-    """A document's text and what the caller tells the user about it."""
-
-    text: str
-    """The extracted text, whitespace tidied; never empty."""
-    format: str
-    """One of `FORMATS`."""
-    pages: int | None
-    """A PDF's page count; None for the other formats."""
-    truncated_pages: int = 0
-    """PDF pages past the budget, not read."""
-
-
-class DocumentError(Exception):
-    """A document whose text cannot be had, and why."""
-
-    def __init__(self, reason: Reason) -> None:
-        super().__init__(reason)
-        self.reason: Reason = reason
 
 
 def document_format(file_name: str | None, mime_type: str | None) -> str | None:

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import cast
 
-from src.media.documents import Document, DocumentError, Reason, TextBudget, extract_text
+from src.media.document_types import Document, DocumentError, Reason, TextBudget
 
 logger = logging.getLogger(__name__)
 
@@ -178,6 +178,8 @@ def main() -> None:
     limits = Limits(raw["seconds"], raw["memory_mb"], TextBudget(**raw["budget"]))
     _confine(limits)
     data = sys.stdin.buffer.read()
+    from src.media.documents import extract_text  # the child alone loads the readers
+
     try:
         document = extract_text(data, request["name"], request["mime"], budget=limits.budget)
         answer: dict[str, object] = asdict(document)

@@ -11,7 +11,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
-from src.config import ConfigError, Settings
+from src.config import ConfigError, Settings, model_configured
 
 # Request fields handed to the OpenAI client as they are (see CompatibleChatOpenAI).
 READY_FIELDS = ("messages", "tools")
@@ -89,11 +89,6 @@ def _plain(message: BaseMessage) -> bool:
         and not getattr(message, "tool_calls", None)
         and not getattr(message, "invalid_tool_calls", None)
     )
-
-
-def model_configured(settings: Settings) -> bool:
-    """Tell whether an endpoint is configured (a key, or a base URL for local servers)."""
-    return settings.openai_api_key is not None or bool(settings.openai_base_url)
 
 
 def make_chat_model(

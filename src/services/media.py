@@ -22,7 +22,7 @@ from src.graph.deps import GraphDeps
 from src.graph.lang import lang_of
 from src.graph.model_calls import call_config
 from src.graph.output_caps import with_output_cap
-from src.media.documents import Document, DocumentError, TextBudget
+from src.media.document_types import Document, DocumentError, TextBudget
 from src.media.images import ImageError, Picture, is_image, prepare_image
 from src.media.sandbox import Sandbox
 from src.media.transcribe import Transcriber, TranscriptionError

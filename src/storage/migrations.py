@@ -9,6 +9,7 @@ runs as migration 0011, between our files.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from dataclasses import dataclass
@@ -117,7 +118,9 @@ def require_migrations(sql_dir: Path | None = None) -> list[Migration]:
 
 async def migrate(pool: AsyncConnectionPool[Any], sql_dir: Path | None = None) -> list[str]:
     """Apply every pending migration; return the names applied (empty: nothing to do)."""
-    migrations = require_migrations(sql_dir)
+    # The files are listed and read in a thread: never a blocking call on the event loop
+    # (LangGraph's dev server refuses them, and a bot's other turns would wait).
+    migrations = await asyncio.to_thread(require_migrations, sql_dir)
     applied: list[str] = []
     async with pool.connection() as conn:
         async with conn.transaction():
@@ -130,8 +133,9 @@ async def migrate(pool: AsyncConnectionPool[Any], sql_dir: Path | None = None) -
             for mig in migrations:
                 if mig.version in done:
                     continue
+                sql = await asyncio.to_thread(mig.sql)
                 async with conn.transaction():
-                    await conn.execute(mig.sql().encode(), prepare=False)
+                    await conn.execute(sql.encode(), prepare=False)
                     await conn.execute(INSERT_VERSION, (mig.version, mig.name))
                 applied.append(mig.name)
                 logger.info("applied migration %s", mig.name)

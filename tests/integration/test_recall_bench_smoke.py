@@ -7,7 +7,6 @@ missing is skipped, alone, with the package named.
 
 from __future__ import annotations
 
-import argparse
 from datetime import timedelta
 from typing import Any
 
@@ -76,10 +75,6 @@ def test_tgagent_bench_recall_parses() -> None:
     from src.cli import build_parser
 
     parser = build_parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    bench = sub.choices["bench"]
-    if not any(isinstance(a, argparse._SubParsersAction) for a in bench._actions):
-        recall.register(bench)  # until bench/cli.py registers it itself
     args = parser.parse_args(["bench", "recall", "--quick", "--methods", "lexical"])
     assert args.handler.__module__ == "bench.recall"
     assert args.quick and args.methods == ["lexical"]

@@ -269,6 +269,12 @@ def test_env_example_shows_the_defaults(tmp_path: Path) -> None:
     assert from_example.model_dump() == load().model_dump()
 
 
+def test_env_example_speaks_to_users() -> None:
+    """No labels of the project's history (its seeds, its issues) in what users read."""
+    text = ENV_EXAMPLE.read_text(encoding="utf-8")
+    assert not re.search(r"\bseed[ -]?\d{3}\b|\bissues?\s+#?\d+|\(#\d+\)", text, re.IGNORECASE)
+
+
 def test_env_example_every_entry_has_a_comment() -> None:
     lines = ENV_EXAMPLE.read_text(encoding="utf-8").splitlines()
     for i, line in enumerate(lines):
