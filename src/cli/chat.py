@@ -70,7 +70,7 @@ async def answer_line(
     lang = identity.language_code
     command, _, rest = line.strip().partition(" ")
     if command in ("/help", "/start"):
-        return t("help", lang)
+        return t("help_terminal", lang)  # the commands of this chat, not the bot's
     if command == "/new":
         await service.new_conversation(identity)
         return t("new", lang)

@@ -32,6 +32,17 @@ TEXTS: dict[str, dict[str, str]] = {
             "В группе /new, /forget и /compress — только для её администраторов; "
             "/memory clear участника забывает только его собственные факты."
         ),
+        "help_terminal": (
+            "Я отвечаю на сообщения и помню контекст.\n"
+            "/new — начать новый разговор (текущий будет стёрт)\n"
+            "/forget — начать с чистого листа, сохранив историю\n"
+            "/memory — что я о вас помню; /memory forget КЛЮЧ — забыть один факт; "
+            "/memory clear — забыть факты и прошлые беседы\n"
+            "/export — записать в файлы всё, что я о вас храню\n"
+            "/erase — стереть всё, что я о вас храню (спрошу подтверждение)\n"
+            "/help — эта справка; /exit — выйти (или Ctrl+D)\n"
+            "Задачи, напоминания и голосовые — в Telegram-боте."
+        ),
         "new": "Начали новый разговор. Предыдущий стёрт.",
         "new_topic": "Новая тема «{name}»: здесь свой разговор, другие темы не тронуты.",
         "new_topic_failed": "Тему создать не получилось: в этом чате темы выключены.",
@@ -232,6 +243,17 @@ TEXTS: dict[str, dict[str, str]] = {
             "/help — this help\n"
             "In a group, /new, /forget and /compress are for its administrators; "
             "a member's /memory clear forgets only their own facts."
+        ),
+        "help_terminal": (
+            "I answer messages and remember context.\n"
+            "/new — start a new conversation (the current one is erased)\n"
+            "/forget — start from a clean slate, keeping the history\n"
+            "/memory — what I remember about you; /memory forget KEY — forget one fact; "
+            "/memory clear — forget facts and past chats\n"
+            "/export — write everything I keep about you into files\n"
+            "/erase — erase everything I keep about you (I ask first)\n"
+            "/help — this help; /exit — quit (or Ctrl+D)\n"
+            "Tasks, reminders and voice notes are the Telegram bot's."
         ),
         "new": "Started a new conversation. The previous one is erased.",
         "new_topic": "New topic “{name}”: a conversation of its own; other topics are untouched.",
