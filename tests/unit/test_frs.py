@@ -169,6 +169,14 @@ def test_echoed_label_is_stripped_from_replies() -> None:
     assert strip_echoed_prefix("[7] Assistant: Привет") == "Привет"
     assert strip_echoed_prefix("Assistant: hi") == "hi"
     assert strip_echoed_prefix("[1] first item") == "[1] first item"
+    # What small local models copy: the user's label and the time stamp, before the answer.
+    stamp = "[Current time: 2026-11-28 10:00 Europe/Berlin] "
+    assert strip_echoed_prefix(f"[8] User: {stamp}Hello!") == "Hello!"
+    assert strip_echoed_prefix(f"[9] Assistant: {stamp}Hello!") == "Hello!"
+    assert strip_echoed_prefix("[Текущее время: 2026-11-28 10:00] Привет") == "Привет"
+    assert strip_echoed_prefix(f"{stamp}[9] Ассистент: Привет") == "Привет"
+    assert strip_echoed_prefix("User: is how a chat log starts") == "User: is how a chat log starts"
+    assert strip_echoed_prefix("[2] see the second item") == "[2] see the second item"
 
 
 # --- the tools as the model is offered them -----------------------------------------------

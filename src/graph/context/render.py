@@ -14,6 +14,7 @@ from zoneinfo import ZoneInfo
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from src.graph.context.budget import truncate_text
+from src.graph.timestamps import STAMP
 from src.graph.tokens import PER_MESSAGE_OVERHEAD, TokenCounter, message_text
 
 Row = dict[str, Any]
@@ -27,7 +28,12 @@ WIDEST_LABEL = "[9999] Assistant: "
 # Appended, for the model, to a stored answer the user stopped midway (/stop).
 INTERRUPTED_NOTE = "[interrupted by the user]"
 # A model imitating the numbered thread may start its answer with "[7] Assistant:".
-_ECHOED_PREFIX = re.compile(r"^\s*(\[\d+\]\s*)?(Assistant|Ассистент)\s*:\s*", re.IGNORECASE)
+# A thread's label a model copied into its answer (small local models do): `[7] Assistant: `,
+# `[8] User: `, or an unnumbered `Assistant: `.
+_ECHOED_PREFIX = re.compile(
+    r"^\s*(?:\[\d+\]\s*(?:Assistant|User|Ассистент|Пользователь)|Assistant|Ассистент)\s*:\s*",
+    re.IGNORECASE,
+)
 
 
 def is_summary(row: Row) -> bool:
@@ -100,10 +106,14 @@ def when_local(value: Any, zone: ZoneInfo) -> str:
 
 
 def strip_echoed_prefix(text: str) -> str:
-    """Remove a `[i] Assistant:` prefix the model copied from the thread."""
-    match = _ECHOED_PREFIX.match(text)
-    if match and (match.group(1) or match.group(2)):
-        return text[match.end() :]
+    """Remove what the model copied from the thread before its answer: a `[i] Role: `
+    label and a message's `[Current time: …]` stamp, in any order, each as often as it
+    was copied (a few times at most)."""
+    for _ in range(4):
+        cleaned = STAMP.sub("", _ECHOED_PREFIX.sub("", text, count=1).lstrip(), count=1)
+        if cleaned == text:
+            break
+        text = cleaned
     return text
 
 
