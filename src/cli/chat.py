@@ -20,6 +20,7 @@ from src.services.export import write_files
 from src.services.factory import build_runtime
 from src.services.llm_service import model_configured
 from src.services.texts import status_line, t
+from src.services.tools_view import tools_text
 from src.storage.memory_repo import fact_value
 
 EXIT_COMMANDS = frozenset({"/exit", "/quit", "/q"})
@@ -91,6 +92,8 @@ async def answer_line(
         return format_memory(await service.memory_report(identity), lang or "ru")
     if command in ("/export", "/erase"):
         return await own_data(service, identity, command, rest)
+    if command == "/tools":
+        return tools_text(service.deps.mcp, identity, lang)
     if command.startswith("/") and len(command) > 1 and " " not in command:
         return t("unknown_command", lang)
     return (await service.handle_message(identity, line, stream=stream)).reply

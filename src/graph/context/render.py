@@ -57,6 +57,10 @@ def render_row(row: Row, prefix: str) -> BaseMessage:
         return AIMessage(content, tool_calls=calls) if calls else AIMessage(content)
     if role == "tool" and meta.get("tool_call_id"):
         return ToolMessage(content, tool_call_id=meta["tool_call_id"], name=meta.get("name"))
+    if role == "tool":
+        # A result whose call has left the window: still data, labelled `Tool`, never a
+        # system message (what a tool returns is no instruction).
+        return HumanMessage(content)
     return SystemMessage(content)
 
 
