@@ -3,7 +3,8 @@
 `python tests/fakes/mcp_server.py stdio` serves on stdin/stdout;
 `python tests/fakes/mcp_server.py http PORT` serves streamable HTTP on 127.0.0.1:PORT/mcp.
 Its tools: `echo`, `whoami` (the process id, and whether FAKE_MCP_TOKEN reached it),
-`hang` (never answers in time), `page` (text with an injection in it) and `big`.
+`hang` (never answers in time), `page` (text with an injection in it), `crash` (the
+process ends during the call) and `big`.
 """
 
 from __future__ import annotations
@@ -47,6 +48,12 @@ async def hang(seconds: float = 3600) -> str:
 def page(url: str) -> str:
     """Fetch a web page."""
     return INJECTION
+
+
+@server.tool()
+def crash() -> str:
+    """End the server's process in the middle of the call."""
+    os._exit(3)
 
 
 @server.tool()

@@ -58,10 +58,8 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture
-def http_server() -> Iterator[str]:
-    """Run the fake server over streamable HTTP on a free local port; yield its URL."""
-    port = free_port()
+def serve_http(port: int) -> subprocess.Popen[bytes]:
+    """Start the fake server over streamable HTTP on `port`; return once it listens."""
     process = subprocess.Popen(
         [sys.executable, SERVER, "http", str(port)],
         stdout=subprocess.DEVNULL,
@@ -71,11 +69,18 @@ def http_server() -> Iterator[str]:
     while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
+            return process
         except OSError:
             assert process.poll() is None, "the MCP HTTP server exited"
             assert time.monotonic() < deadline, "the MCP HTTP server did not start"
             time.sleep(0.05)
+
+
+@pytest.fixture
+def http_server() -> Iterator[str]:
+    """Run the fake server over streamable HTTP on a free local port; yield its URL."""
+    port = free_port()
+    process = serve_http(port)
     yield f"http://127.0.0.1:{port}/mcp"
     process.terminate()
     process.wait(10)
@@ -98,6 +103,13 @@ def tool_messages(llm: Any) -> list[str]:
             if message["role"] == "tool" and message["content"] not in seen:
                 seen.append(message["content"])
     return seen
+
+
+def last_result(llm: Any) -> str:
+    """Return the tool result the chat model's last request ends with."""
+    message = llm.requests_for(CHAT)[-1]["messages"][-1]
+    assert message["role"] == "tool"
+    return str(message["content"])
 
 
 def mcp_of(rt: Any) -> McpTools:
@@ -317,3 +329,55 @@ async def test_servers_stop_with_the_runtime(
     await until(gone, ANSWER_WITHIN)
     rt.deps.mcp = None  # closed already: the fixture's close has nothing left to stop
     await asyncio.sleep(0)
+
+
+async def test_mcp_calls_count_in_max_tool_rounds(
+    tmp_path: Path, runtime_factory: Any, llm: Any
+) -> None:
+    rt = await runtime_factory(
+        mcp_config=write_config(tmp_path, {"fake": stdio_server()}), max_tool_rounds=2
+    )
+    llm.script_for(CHAT, call("fake_echo", text="1"), call("fake_echo", text="2"), "Enough.")
+    result = await rt.service.handle_message(ANN, "echo forever")
+    assert result.reply == "Enough." and result.tools_used == ["fake_echo"]
+    first, second, capped = llm.requests_for(CHAT)
+    assert "fake_echo" in offered(second) and not offered(capped)
+    assert mcp_of(rt).calls == 2
+
+
+async def test_an_http_server_that_restarted_is_connected_again(
+    tmp_path: Path, runtime_factory: Any, llm: Any
+) -> None:
+    port = free_port()
+    process = serve_http(port)
+    try:
+        entry = {"url": f"http://127.0.0.1:{port}/mcp", "allow": "allowed"}
+        rt = await runtime_factory(mcp_config=write_config(tmp_path, {"web": entry}))
+        llm.script_for(CHAT, call("web_whoami"), "First.")
+        await rt.service.handle_message(ANN, "who?")
+        first = pid_in(tool_messages(llm)[-1])
+        process.kill()
+        process.wait(10)
+        process = serve_http(port)
+        # The new server does not know the session: the call connects again and is sent
+        # once more (the server never ran it).
+        llm.script_for(CHAT, call("web_whoami"), "Back.")
+        assert (await rt.service.handle_message(ANN, "who now?")).reply == "Back."
+        assert pid_in(last_result(llm)) not in (first, 0)
+        assert mcp_of(rt).servers.servers["web"].starts == 2
+    finally:
+        process.kill()
+        process.wait(10)
+
+
+async def test_a_server_that_dies_during_a_call_says_so_and_is_started_again(
+    tmp_path: Path, runtime_factory: Any, llm: Any
+) -> None:
+    rt = await runtime_factory(mcp_config=write_config(tmp_path, {"fake": stdio_server()}))
+    llm.script_for(CHAT, call("fake_crash"), "It crashed.")
+    assert (await rt.service.handle_message(ANN, "crash it")).reply == "It crashed."
+    assert "stopped during the call" in last_result(llm)
+    llm.script_for(CHAT, call("fake_whoami"), "Back.")
+    assert (await rt.service.handle_message(ANN, "who?")).reply == "Back."
+    assert "pid=" in last_result(llm)
+    assert mcp_of(rt).servers.servers["fake"].starts == 2

@@ -24,6 +24,8 @@ ROLE_LABELS = {"user": "User", "assistant": "Assistant", "tool": "Tool", "system
 SUMMARY_LABEL = "Summary"
 # The widest label working memory can carry: what budgets assume for every message.
 WIDEST_LABEL = "[9999] Assistant: "
+# How an MCP tool's result starts (src/graph/mcp/tools.py: `wrap`).
+OUTSIDE_MARK = "<tool_output "
 # Appended, for the model, to a stored answer the user stopped midway (/stop).
 INTERRUPTED_NOTE = "[interrupted by the user]"
 # A model imitating the numbered thread may start its answer with "[7] Assistant:".
@@ -81,9 +83,15 @@ def row_tokens(row: Row, counter: TokenCounter, prefix: str = WIDEST_LABEL) -> i
 def transcript_line(row: Row, cap: int, counter: TokenCounter) -> str:
     """Render one message as a `[role]: text` line for a memory model, cut to `cap` tokens.
 
-    Tool calls are shown by name and arguments; a squash summary is labelled `summary`.
+    Tool calls are shown by name and arguments; an MCP tool's result only by its tool's
+    name; a squash summary is labelled `summary`.
     """
     text = (row.get("content") or "").strip()
+    if row["role"] == "tool" and text.startswith(OUTSIDE_MARK):
+        # An MCP tool's result is data from outside: the summary and the notes that end
+        # up in the system prompt are never written from its words.
+        name = (row.get("meta") or {}).get("name") or "a tool"
+        return f"[tool]: ({name}'s output, {len(text)} characters, not shown)"
     calls = (row.get("meta") or {}).get("tool_calls") or []
     if calls:
         text += " " + ", ".join(f"{c.get('name')}({c.get('args')})" for c in calls)

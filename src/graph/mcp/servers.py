@@ -36,12 +36,25 @@ class ServerDown(RuntimeError):
     """The server is not running and could not be started."""
 
 
+# What the SDK's streamable HTTP client answers when the server no longer knows the
+# session (it restarted: HTTP 404): the request was not run.
+SESSION_GONE = 32600
+
+
 def closed(exc: BaseException) -> bool:
     """Tell whether a call failed because the server's connection is gone (the request
     was never sent, or its answer can never come)."""
     if isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError):
         return True
-    return isinstance(exc, McpError) and exc.error.code == CONNECTION_CLOSED
+    return isinstance(exc, McpError) and exc.error.code in (CONNECTION_CLOSED, SESSION_GONE)
+
+
+def unsent(exc: BaseException) -> bool:
+    """Tell whether a call failed before the server ran it: the session's stream was
+    closed already (the server died while idle), or the server did not know the session."""
+    if isinstance(exc, anyio.ClosedResourceError):
+        return True
+    return isinstance(exc, McpError) and exc.error.code == SESSION_GONE
 
 
 def leaf(exc: BaseException) -> BaseException:

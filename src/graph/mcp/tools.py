@@ -19,15 +19,16 @@ import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
-import anyio
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool
 from langchain_mcp_adapters.interceptors import MCPToolCallRequest, MCPToolCallResult
+from mcp.shared.exceptions import McpError
 from mcp.types import CallToolResult, EmbeddedResource, TextContent, TextResourceContents
 
 from src.config import Settings
+from src.graph.context.render import OUTSIDE_MARK
 from src.graph.mcp.config import Allow, load_config
-from src.graph.mcp.servers import McpServer, McpServers, ServerDown, closed
+from src.graph.mcp.servers import McpServer, McpServers, ServerDown, closed, unsent
 from src.graph.rights import Role, role_of
 
 logger = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ def permits(allow: Allow, state: Mapping[str, Any], admins: Collection[int]) -> 
 def wrap(tool: str, text: str) -> str:
     """Mark a tool's text as data from outside (an embedded closing tag is defused)."""
     inner = text.replace("</tool_output>", "</tool_output_>")
-    return f'<tool_output tool="{tool}">\n{inner}\n</tool_output>'
+    return f'{OUTSIDE_MARK}tool="{tool}">\n{inner}\n</tool_output>'
 
 
 def result_text(result: CallToolResult, cap: int) -> str:
@@ -178,6 +179,10 @@ class McpTools:
             return f"Error: the MCP server {server.name!r} is not running; try again later.", False
         except Exception as exc:
             outcome = "error"
+            if not isinstance(exc, McpError):
+                # Not the server's answer: the connection failed (an HTTP server gone or
+                # restarted). The next call connects again.
+                server.died()
             if closed(exc):
                 server.died()
                 return (
@@ -201,12 +206,15 @@ class McpTools:
         return text, True
 
     async def _call(self, server: McpServer, tool: str, args: dict[str, Any]) -> CallToolResult:
-        """Call on the live session; a connection found closed before the request was
-        sent (the server died while idle) starts the server again and sends it once."""
+        """Call on the live session; a call the server never ran (it died while idle, or
+        restarted and forgot the session) starts or connects it again and is sent once
+        more."""
         session = await server.session()
         try:
             return await session.call_tool(tool, args)
-        except anyio.ClosedResourceError:
+        except Exception as exc:
+            if not unsent(exc):
+                raise
             server.died()
         session = await server.session()
         return await session.call_tool(tool, args)
