@@ -12,6 +12,7 @@ from typing import Any
 from telegram.error import InvalidToken, NetworkError
 
 from src.config import WEBHOOK_SECRET_MISSING, Settings
+from src.graph.mcp.config import load_config
 
 
 def register(sub: Any, db_sub: Any) -> None:
@@ -43,6 +44,8 @@ async def run_bot(args: argparse.Namespace, settings: Settings) -> int:
             file=sys.stderr,
         )
         return 2
+    if settings.mcp_config is not None:
+        load_config(settings.mcp_config)  # a bad file: one line before anything starts
     receive = getattr(args, "receive", True)
     if receive and settings.webhook_url and settings.webhook_secret_token is None:
         print(f"tgagent: {WEBHOOK_SECRET_MISSING}", file=sys.stderr)  # noqa: T201

@@ -12,6 +12,7 @@ from typing import Any, TextIO
 from src.cli.logging_setup import one_line_logs
 from src.config import Settings
 from src.graph.lang import terminal_lang
+from src.graph.mcp.config import load_config
 from src.graph.rights import Role
 from src.services import local_model
 from src.services.agent_service import AgentService, Identity, TurnStream
@@ -215,6 +216,8 @@ async def run_chat(args: argparse.Namespace, settings: Settings) -> int:
     """Run the terminal chat until EOF."""
     one_line_logs()
     lang = args.lang or terminal_lang()
+    if settings.mcp_config is not None:
+        load_config(settings.mcp_config)  # a bad file: one line before anything starts
     configured = await find_model(settings, lang)
     if configured is None:
         return 2

@@ -87,10 +87,12 @@ def test_the_command_line_says_it_in_one_line(
 ) -> None:
     path = config(tmp_path, {"x": {"command": "a", "headers": {"K": SECRET}, "allow": 3}})
     monkeypatch.setenv("MCP_CONFIG", str(path))
-    assert main(["mcp", "list"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("tgagent: MCP_CONFIG") and err.count("\n") == 1
-    assert SECRET not in err
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123:abc")
+    for command in (["mcp", "list"], ["bot"], ["chat"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("tgagent: MCP_CONFIG") and err.count("\n") == 1, command
+        assert SECRET not in err
 
 
 ADMINS = [1]
