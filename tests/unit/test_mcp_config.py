@@ -12,6 +12,8 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from mcp.types import CallToolResult, ImageContent, TextContent
 
 from src.cli import main
+from src.cli.logging_setup import secrets_of
+from src.config import Settings
 from src.graph.context.render import render_row, transcript_line
 from src.graph.mcp.config import Allow, McpConfigError, load_config
 from src.graph.mcp.tools import author_of, permits, result_text, wrap
@@ -159,3 +161,17 @@ def test_memory_models_read_an_mcp_result_by_its_name_only() -> None:
     assert line.startswith("[tool]: (web_page's output") and "ignore" not in line
     own = {"role": "tool", "content": "Remembered city", "meta": {"name": "remember_fact"}}
     assert transcript_line(own, 1000, ApproxCounter()) == "[tool]: Remembered city"
+
+
+def test_the_logs_redact_what_env_and_headers_hold(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setenv("NOTES_TOKEN", SECRET)
+    path = config(
+        tmp_path,
+        {
+            "notes": {"command": "notes-mcp", "env": {"T": "${NOTES_TOKEN}", "MODE": "ro"}},
+            "web": {"url": "https://u:pass-word@h/mcp?key=qs-SECRET", "headers": {"A": "hdr-1"}},
+        },
+    )
+    found = secrets_of(Settings(_env_file=None, mcp_config=path))  # type: ignore[call-arg]
+    assert {SECRET, "hdr-1", "pass-word", "key=qs-SECRET"} <= set(found)
+    assert "ro" not in found

@@ -15,6 +15,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from src.config import ConfigError
 from src.graph.rights import Role
@@ -84,6 +85,24 @@ class ServerConfig:
             return str(self.connection["command"])
         url = str(self.connection["url"])
         return re.sub(r"//[^/@]*@", "//", url).split("?")[0]
+
+
+def secrets_in(path: Path) -> list[str]:
+    """Return every secret value of the file (env and headers, a URL's password and
+    query), for the log's redaction; none when the file cannot be read (that error is
+    reported where the servers start)."""
+    try:
+        servers = load_config(path)
+    except McpConfigError:
+        return []
+    out: list[str] = []
+    for server in servers:
+        for group in ("env", "headers"):
+            out += [v for v in (server.connection.get(group) or {}).values() if len(v) >= 4]
+        if server.transport != "stdio":
+            url = urlsplit(str(server.connection["url"]))
+            out += [part for part in (url.password, url.query) if part and len(part) >= 4]
+    return out
 
 
 def load_config(path: Path) -> list[ServerConfig]:
