@@ -26,6 +26,9 @@ from src.services.agent_service import Identity
 from src.services.tools_view import tools_text
 from tests.e2e.conftest import until
 
+# Every test starts MCP server processes (a second or more each).
+pytestmark = pytest.mark.slow
+
 SERVER = str(Path(__file__).resolve().parents[1] / "fakes" / "mcp_server.py")
 CHAT = "gpt-4o-mini"
 ANN = Identity(4301, "ann", "Ann", "en", 4301)
