@@ -54,6 +54,12 @@ def _budget(argv: Sequence[str]) -> int:
     return main(argv)
 
 
+def _mcp(argv: Sequence[str]) -> int:
+    from bench.mcp_tools import main
+
+    return main(argv)
+
+
 BENCHMARKS: dict[str, Callable[[Sequence[str]], int]] = {
     "storage": _storage,
     "turns": _turns,
@@ -63,6 +69,7 @@ BENCHMARKS: dict[str, Callable[[Sequence[str]], int]] = {
     "media": _media,
     "memory": _memory,
     "budget": _budget,
+    "mcp": _mcp,
 }
 
 

@@ -45,7 +45,7 @@ def register(sub: Any, db_sub: Any) -> None:
     )
     add_arguments(parser)
     parser.set_defaults(handler=_bench)
-    from bench import budget, delivery, live, media, memory_load, recall
+    from bench import budget, delivery, live, mcp_tools, media, memory_load, recall
 
     sub = recall.register(parser)
     delivery.register(sub)
@@ -53,3 +53,4 @@ def register(sub: Any, db_sub: Any) -> None:
     media.register(sub)
     memory_load.register(sub)
     budget.register(sub)
+    mcp_tools.register(sub)
