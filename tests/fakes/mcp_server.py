@@ -3,8 +3,8 @@
 `python tests/fakes/mcp_server.py stdio` serves on stdin/stdout;
 `python tests/fakes/mcp_server.py http PORT` serves streamable HTTP on 127.0.0.1:PORT/mcp.
 Its tools: `echo`, `whoami` (the process id, and whether FAKE_MCP_TOKEN reached it),
-`hang` (never answers in time), `page` (text with an injection in it), `crash` (the
-process ends during the call) and `big`.
+`hang` (never answers in time), `page` (text with an injection in it), `fail` (the tool's
+own error), `crash` (the process ends during the call) and `big`.
 """
 
 from __future__ import annotations
@@ -48,6 +48,12 @@ async def hang(seconds: float = 3600) -> str:
 def page(url: str) -> str:
     """Fetch a web page."""
     return INJECTION
+
+
+@server.tool()
+def fail(reason: str) -> str:
+    """Fail with `reason` (the tool's own error)."""
+    raise ValueError(reason)
 
 
 @server.tool()

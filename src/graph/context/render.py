@@ -24,7 +24,7 @@ ROLE_LABELS = {"user": "User", "assistant": "Assistant", "tool": "Tool", "system
 SUMMARY_LABEL = "Summary"
 # The widest label working memory can carry: what budgets assume for every message.
 WIDEST_LABEL = "[9999] Assistant: "
-# How an MCP tool's result starts (src/graph/mcp/tools.py: `wrap`).
+# What marks an MCP tool's words in a result (src/graph/mcp/tools.py: `wrap`).
 OUTSIDE_MARK = "<tool_output "
 # Appended, for the model, to a stored answer the user stopped midway (/stop).
 INTERRUPTED_NOTE = "[interrupted by the user]"
@@ -87,7 +87,7 @@ def transcript_line(row: Row, cap: int, counter: TokenCounter) -> str:
     name; a squash summary is labelled `summary`.
     """
     text = (row.get("content") or "").strip()
-    if row["role"] == "tool" and text.startswith(OUTSIDE_MARK):
+    if row["role"] == "tool" and OUTSIDE_MARK in text:
         # An MCP tool's result is data from outside: the summary and the notes that end
         # up in the system prompt are never written from its words.
         name = (row.get("meta") or {}).get("name") or "a tool"

@@ -202,7 +202,8 @@ class McpTools:
             )
         text = result_text(result, self.settings.mcp_result_chars)
         if result.isError:
-            return f"Error from the tool: {text}", False
+            # The tool's own words about its failure are from outside too.
+            return "Error from the tool:\n" + wrap(f"{server.name}_{tool}", text), False
         return text, True
 
     async def _call(self, server: McpServer, tool: str, args: dict[str, Any]) -> CallToolResult:
