@@ -119,10 +119,16 @@ class McpServer:
         self._task = asyncio.create_task(self._run(ready), name=f"mcp server {self.name}")
         try:
             session = await asyncio.wait_for(asyncio.shield(ready), START_SECONDS)
-        except BaseException as exc:
+        except asyncio.CancelledError:
+            await self._stop_task()  # the caller gave up (its call's timeout): it still ends
+            raise
+        except Exception as exc:
             await self._stop_task()
-            exc = leaf(exc)
-            reason = type(exc).__name__ + (f": {self.config.scrub(str(exc))}" if str(exc) else "")
+            if ready.done() and not ready.cancelled():
+                ready.exception()  # retrieved: the reason is raised below
+            failed = leaf(exc)
+            said = self.config.scrub(str(failed))
+            reason = type(failed).__name__ + (f": {said}" if said else "")
             raise ServerDown(f"MCP server {self.name!r} did not start: {reason}") from None
         self.starts += 1
         self.error = None
@@ -186,8 +192,9 @@ class McpServers:
                 server.error = str(exc)
                 logger.error("%s; its tools are left out", exc)
             except Exception as exc:
-                server.error = f"{type(exc).__name__}: {exc}"
-                logger.error("MCP server %r failed: %s; its tools are left out", server.name, exc)
+                server.error = f"{type(exc).__name__}: {server.config.scrub(str(leaf(exc)))}"
+                failed = "MCP server %r failed: %s; its tools are left out"
+                logger.error(failed, server.name, server.error)
                 await server.close()
 
         await asyncio.gather(*(one(s) for s in self.servers.values()))
@@ -195,13 +202,6 @@ class McpServers:
     def tools(self) -> list[BaseTool]:
         """Return the tools of every server that started."""
         return [t for s in self.servers.values() for t in s.tools]
-
-    def server_of(self, tool_name: str) -> McpServer | None:
-        """Return the server a tool belongs to."""
-        for server in self.servers.values():
-            if any(t.name == tool_name for t in server.tools):
-                return server
-        return None
 
     async def close(self) -> None:
         """Stop every server."""
