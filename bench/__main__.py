@@ -60,6 +60,12 @@ def _startup(argv: Sequence[str]) -> int:
     return main(argv)
 
 
+def _mcp(argv: Sequence[str]) -> int:
+    from bench.mcp_tools import main
+
+    return main(argv)
+
+
 BENCHMARKS: dict[str, Callable[[Sequence[str]], int]] = {
     "storage": _storage,
     "turns": _turns,
@@ -70,6 +76,7 @@ BENCHMARKS: dict[str, Callable[[Sequence[str]], int]] = {
     "memory": _memory,
     "budget": _budget,
     "startup": _startup,
+    "mcp": _mcp,
 }
 
 

@@ -55,7 +55,7 @@ def register(sub: Any, db_sub: Any) -> None:
 def _fill(parser: argparse.ArgumentParser) -> None:
     """Add the turn bench's options and the other benches as subcommands."""
     add_arguments(parser)
-    from bench import budget, delivery, live, media, memory_load, recall, startup
+    from bench import budget, delivery, live, mcp_tools, media, memory_load, recall, startup
 
     sub = recall.register(parser)
     delivery.register(sub)
@@ -64,3 +64,4 @@ def _fill(parser: argparse.ArgumentParser) -> None:
     memory_load.register(sub)
     budget.register(sub)
     startup.register(sub)
+    mcp_tools.register(sub)

@@ -136,6 +136,10 @@ class Settings(BaseSettings):
     llm_token_limit_param: Literal["auto", "max_tokens", "max_completion_tokens"] = "auto"
     llm_temperature: float = Field(0.7, ge=0, le=2)
     max_tool_rounds: int = Field(10, ge=1)
+    # --- tools from MCP servers (docs/tools.md) ---
+    mcp_config: Path | None = None
+    mcp_tool_timeout: float = Field(30.0, gt=0)
+    mcp_result_chars: int = Field(20_000, ge=100)
     model_choices: ModelChoices = Field(default_factory=dict)
     fallback_model: str | None = None
 

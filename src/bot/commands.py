@@ -27,6 +27,7 @@ from src.graph.rights import Action, may
 from src.graph.timestamps import own_zone
 from src.services.agent_service import Identity
 from src.services.texts import t
+from src.services.tools_view import tools_text
 from src.services.usage_report import UsageReports, render_owner, render_top
 
 logger = logging.getLogger(__name__)
@@ -316,6 +317,13 @@ async def cmd_usage(update: Update, context: Context) -> None:
     await say(message, render_owner(owner, lang, daily, monthly, *usd))
 
 
+async def cmd_tools(update: Update, context: Context) -> None:
+    """/tools: the MCP tools the author may use here (as the model is offered them)."""
+    message, state = message_of(update), state_of(context)
+    identity = await turn_identity(state, context.bot, message)
+    await say(message, tools_text(state.service.deps.mcp, identity, lang_of_message(message)))
+
+
 async def cmd_unknown(update: Update, context: Context) -> None:
     """Any other /command: the help line."""
     message = message_of(update)
@@ -332,4 +340,5 @@ COMMANDS = {
     "stop": cmd_stop,
     "model": cmd_model,
     "usage": cmd_usage,
+    "tools": cmd_tools,
 }

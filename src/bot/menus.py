@@ -26,12 +26,12 @@ MENU_LANGUAGES = {"": "en", "ru": "ru"}
 # (src/bot/commands.py: may_change_memory), so members are not offered them.
 PRIVATE = (
     "help", "new", "forget", "mute", "memory", "compress", "stop", "model", "usage",
-    "tasks", "tz", "export", "erase",
+    "tasks", "tz", "tools", "export", "erase",
 )  # fmt: skip
-GROUP_MEMBERS = ("help", "memory", "stop", "usage")
+GROUP_MEMBERS = ("help", "memory", "stop", "usage", "tools")
 GROUP_ADMINS = (
     "help", "new", "forget", "memory", "compress", "stop", "model", "usage", "tasks", "tz",
-    "export", "erase",
+    "tools", "export", "erase",
 )  # fmt: skip
 MENUS: tuple[tuple[BotCommandScope, tuple[str, ...]], ...] = (
     (BotCommandScopeAllPrivateChats(), PRIVATE),

@@ -1,4 +1,4 @@
-"""The `tgagent` command: bot, chat, db, graph, runs, replay, web, usage, bench.
+"""The `tgagent` command: bot, chat, db, graph, runs, replay, web, usage, bench, mcp.
 
 One module per command group, each with `register(sub, db_sub)`: it adds its subparsers
 (to `sub`, or under `tgagent db` to `db_sub`; both make `CommandParser`s) and sets
@@ -75,9 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     db_sub = db_parser.add_subparsers(dest="db_command", required=True)
 
     # Imported here: each group loads what its commands need, not at `import src.cli`.
-    from src.cli import bench, bot, chat, db, devtools, usage, web
+    from src.cli import bench, bot, chat, db, devtools, mcp, usage, web
 
-    for group in (db, chat, bot, devtools, web, usage, bench):
+    for group in (db, chat, bot, devtools, web, usage, bench, mcp):
         group.register(sub, db_sub)
     return parser
 

@@ -42,6 +42,10 @@ async def run_bot(args: argparse.Namespace, settings: Settings) -> int:
             file=sys.stderr,
         )
         return 2
+    if settings.mcp_config is not None:
+        from src.graph.mcp.config import load_config
+
+        load_config(settings.mcp_config)  # a bad file: one line before anything starts
     receive = getattr(args, "receive", True)
     if receive and settings.webhook_url and settings.webhook_secret_token is None:
         from src.config import WEBHOOK_SECRET_MISSING

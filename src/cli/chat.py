@@ -89,6 +89,10 @@ async def answer_line(
         return format_memory(await service.memory_report(identity), lang or "ru")
     if command in ("/export", "/erase"):
         return await own_data(service, identity, command, rest)
+    if command == "/tools":
+        from src.services.tools_view import tools_text
+
+        return tools_text(service.deps.mcp, identity, lang)
     if command.startswith("/") and len(command) > 1 and " " not in command:
         return t("unknown_command", lang)
     return (await service.handle_message(identity, line, stream=stream)).reply
@@ -223,6 +227,10 @@ async def run_chat(args: argparse.Namespace, settings: Settings) -> int:
 
     one_line_logs()
     lang = args.lang or terminal_lang()
+    if settings.mcp_config is not None:
+        from src.graph.mcp.config import load_config
+
+        load_config(settings.mcp_config)  # a bad file: one line before anything starts
     configured = await find_model(settings, lang)
     if configured is None:
         return 2

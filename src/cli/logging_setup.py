@@ -91,8 +91,8 @@ def one_line_logs() -> None:
 
 def secrets_of(settings: Settings) -> list[str]:
     """Return the secret values that must never be logged: every `SecretStr` setting (a
-    new one is covered without being listed here), and the database password as DSNs
-    carry it."""
+    new one is covered without being listed here), the database password as DSNs
+    carry it, and the values of MCP_CONFIG's env and headers."""
     values = [getattr(settings, name) for name in type(settings).model_fields]
     out = [v.get_secret_value() for v in values if isinstance(v, SecretStr)]
     if settings.pg_password is not None:
@@ -105,6 +105,10 @@ def secrets_of(settings: Settings) -> list[str]:
         password = urlsplit(settings.database_url.get_secret_value()).password
         if password:
             out.append(password)
+    if settings.mcp_config is not None:
+        from src.graph.mcp.config import secrets_in
+
+        out += secrets_in(settings.mcp_config)  # what MCP servers' env and headers hold
     return out
 
 

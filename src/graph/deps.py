@@ -13,6 +13,7 @@ import numpy as np
 from langchain_core.language_models import BaseChatModel
 
 from src.config import Settings
+from src.graph.mcp.tools import McpTools
 from src.graph.memory.errors import is_outage
 from src.graph.memory.folds import Backoff, Runs
 from src.graph.memory.structured import JsonAnswers, endpoint_of
@@ -75,6 +76,8 @@ class GraphDeps:
     clock: Callable[[], datetime] = utc_now
     counter: TokenCounter = field(default_factory=ApproxCounter)
     json_answers: JsonAnswers = field(default_factory=JsonAnswers)
+    mcp: McpTools | None = None
+    """Tools of the operator's MCP servers (MCP_CONFIG), started; None: none configured."""
     budget: BudgetCheck | None = None
     """Token budgets: the summary and facts after a reply wait while the owner is over
     budget. None: no budgets."""

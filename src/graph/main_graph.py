@@ -41,6 +41,7 @@ def make_tools(deps: GraphDeps) -> list[BaseTool]:
         *make_fact_tools(deps),
         *make_frs_tools(deps),
         *make_time_tools(deps),
+        *(deps.mcp.tools if deps.mcp is not None else []),
     ]
 
 

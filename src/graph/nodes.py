@@ -151,8 +151,11 @@ class Nodes:
         self.deps = deps
         self.tools = tools
         self.tool_names = frozenset(t.name for t in tools)
-        # The chat models bound to the tools, by name (bound once each).
-        self._with_tools: dict[str, Any] = {}
+        mcp = deps.mcp.tools if deps.mcp is not None else []
+        # The MCP servers' tools are offered to whom their server allows, turn by turn.
+        self.own_tools = [t for t in tools if t not in mcp]
+        # The chat models bound to the tools, by name and tool set (bound once each).
+        self._with_tools: dict[tuple[str, tuple[str, ...]], Any] = {}
         # Every request carries the tools' schemas: the context budget leaves room for them.
         self.tool_tokens = count_tools(tools, deps.counter)
         self.context = TurnContext(deps, self.tool_tokens)
@@ -268,16 +271,25 @@ class Nodes:
         base URL is due now (src/graph/memory/folds.py)."""
         chat = self.deps.chat_model_named(name)
         model: Any = chat
-        if not capped and self.tools:
-            if name not in self._with_tools:
-                self._with_tools[name] = model.bind_tools(self.tools)
-            model = self._with_tools[name]
+        tools = self.offered(state)
+        if not capped and tools:
+            key = (name, tuple(t.name for t in tools))
+            if key not in self._with_tools:
+                self._with_tools[key] = model.bind_tools(tools)
+            model = self._with_tools[key]
         if is_live(config):
             answer = await self._stream(model, messages, state)
         else:
             answer = await model.ainvoke(messages)
         self.deps.endpoint_answered(chat)
         return answer
+
+    def offered(self, state: ConversationState) -> list[BaseTool]:
+        """Return the tools this turn's request carries: our own, and the MCP tools the
+        turn's author may use (src/graph/mcp/tools.py)."""
+        if self.deps.mcp is None:
+            return self.tools
+        return [*self.own_tools, *self.deps.mcp.allowed(state)]
 
     async def _stream(
         self, model: Any, messages: Sequence[BaseMessage], state: ConversationState

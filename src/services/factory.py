@@ -15,6 +15,7 @@ from src.config import Settings
 from src.graph.deps import GraphDeps, utc_now
 from src.graph.lang import set_default_language
 from src.graph.main_graph import build_graph
+from src.graph.mcp.tools import McpTools, start_mcp
 from src.graph.memory.structured import JsonAnswers
 from src.graph.tokens import make_counter
 from src.services.agent_service import AgentService
@@ -55,8 +56,11 @@ class Runtime:
         return self.service.embeddings
 
     async def close(self) -> None:
-        """Wait for background work, then close the pool if we opened it."""
+        """Wait for background work, stop the MCP servers, then close the pool if we
+        opened it."""
         await self.service.drain()
+        if self.deps.mcp is not None:
+            await self.deps.mcp.close()
         if self.embeddings is not None:
             await self.embeddings.close()
         if self.owns_pool:
@@ -108,6 +112,7 @@ async def build_runtime(
     """Open (or take) the pool, migrate, set up checkpoints, and build the service."""
     set_default_language(settings.default_language)
     owns_pool = pool is None
+    mcp: McpTools | None = None
     if pool is None:
         pool = await open_pool_from_settings(settings)
     try:
@@ -117,6 +122,7 @@ async def build_runtime(
         counter = make_counter(settings.llm_model, settings.token_counter)
         usage = Usage.over(pool, settings, counter, utc_now)
         deps = make_deps(settings, pool, chat_model, summary_model, usage)
+        deps.mcp = mcp = await start_mcp(settings)
         graph = build_graph(deps, checkpointer=checkpointer)
         compact_model = (
             make_compact_model(settings, usage.callbacks)
@@ -137,6 +143,8 @@ async def build_runtime(
             usage=usage,
         )
     except BaseException:
+        if mcp is not None:
+            await mcp.close()
         if owns_pool:
             await pool.close()
         raise

@@ -6,6 +6,7 @@ from src.graph.lang import lang_of
 from src.services.texts_export import EXPORT_TEXTS
 from src.services.texts_members import MEMBER_TEXTS
 from src.services.texts_tasks import TASK_TEXTS
+from src.services.texts_tools import TOOL_TEXTS
 
 TEXTS: dict[str, dict[str, str]] = {
     "ru": {
@@ -26,6 +27,7 @@ TEXTS: dict[str, dict[str, str]] = {
             "/stop — остановить ответ, который я сейчас пишу\n"
             "/model — выбрать модель, которая отвечает\n"
             "/usage — сколько токенов я потратил на вас; /usage all — все (администраторам)\n"
+            "/tools — внешние инструменты, которые вам доступны\n"
             "/export — прислать файлом всё, что я о вас храню\n"
             "/erase — стереть всё, что я о вас храню (спрошу подтверждение)\n"
             "/help — эта справка\n"
@@ -38,6 +40,7 @@ TEXTS: dict[str, dict[str, str]] = {
             "/forget — начать с чистого листа, сохранив историю\n"
             "/memory — что я о вас помню; /memory forget КЛЮЧ — забыть один факт; "
             "/memory clear — забыть факты и прошлые беседы\n"
+            "/tools — инструменты, которыми я могу пользоваться для вас\n"
             "/export — записать в файлы всё, что я о вас храню\n"
             "/erase — стереть всё, что я о вас храню (спрошу подтверждение)\n"
             "/help — эта справка; /exit — выйти (или Ctrl+D)\n"
@@ -238,6 +241,7 @@ TEXTS: dict[str, dict[str, str]] = {
             "/stop — stop the answer I am writing now\n"
             "/model — pick the model that answers\n"
             "/usage — the tokens I spent on you; /usage all — everyone's (for admins)\n"
+            "/tools — the outside tools you may use\n"
             "/export — send you a file of everything I keep about you\n"
             "/erase — erase everything I keep about you (I ask first)\n"
             "/help — this help\n"
@@ -250,6 +254,7 @@ TEXTS: dict[str, dict[str, str]] = {
             "/forget — start from a clean slate, keeping the history\n"
             "/memory — what I remember about you; /memory forget KEY — forget one fact; "
             "/memory clear — forget facts and past chats\n"
+            "/tools — the tools I may use for you\n"
             "/export — write everything I keep about you into files\n"
             "/erase — erase everything I keep about you (I ask first)\n"
             "/help — this help; /exit — quit (or Ctrl+D)\n"
@@ -441,6 +446,10 @@ for _lang, _texts in MEMBER_TEXTS.items():
 
 
 for _lang, _texts in EXPORT_TEXTS.items():
+    TEXTS[_lang].update(_texts)
+
+
+for _lang, _texts in TOOL_TEXTS.items():
     TEXTS[_lang].update(_texts)
 
 

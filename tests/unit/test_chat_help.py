@@ -12,7 +12,8 @@ from src.services.texts import t
 from src.services.turn_types import Identity
 
 # What the terminal chat answers itself (src/cli/chat.py: answer_line, and the loop's exits).
-TERMINAL_COMMANDS = {"/new", "/forget", "/memory", "/export", "/erase", "/help"} | EXIT_COMMANDS
+TERMINAL_COMMANDS = {"/new", "/forget", "/memory", "/tools", "/export", "/erase", "/help"}
+TERMINAL_COMMANDS |= EXIT_COMMANDS
 
 
 @pytest.mark.parametrize("lang", ["ru", "en"])

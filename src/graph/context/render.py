@@ -25,6 +25,8 @@ ROLE_LABELS = {"user": "User", "assistant": "Assistant", "tool": "Tool", "system
 SUMMARY_LABEL = "Summary"
 # The widest label working memory can carry: what budgets assume for every message.
 WIDEST_LABEL = "[9999] Assistant: "
+# What marks an MCP tool's words in a result (src/graph/mcp/tools.py: `wrap`).
+OUTSIDE_MARK = "<tool_output "
 # Appended, for the model, to a stored answer the user stopped midway (/stop).
 INTERRUPTED_NOTE = "[interrupted by the user]"
 # A model imitating the numbered thread may start its answer with "[7] Assistant:".
@@ -63,6 +65,10 @@ def render_row(row: Row, prefix: str) -> BaseMessage:
         return AIMessage(content, tool_calls=calls) if calls else AIMessage(content)
     if role == "tool" and meta.get("tool_call_id"):
         return ToolMessage(content, tool_call_id=meta["tool_call_id"], name=meta.get("name"))
+    if role == "tool":
+        # A result whose call has left the window: still data, labelled `Tool`, never a
+        # system message (what a tool returns is no instruction).
+        return HumanMessage(content)
     return SystemMessage(content)
 
 
@@ -83,9 +89,15 @@ def row_tokens(row: Row, counter: TokenCounter, prefix: str = WIDEST_LABEL) -> i
 def transcript_line(row: Row, cap: int, counter: TokenCounter) -> str:
     """Render one message as a `[role]: text` line for a memory model, cut to `cap` tokens.
 
-    Tool calls are shown by name and arguments; a squash summary is labelled `summary`.
+    Tool calls are shown by name and arguments; an MCP tool's result only by its tool's
+    name; a squash summary is labelled `summary`.
     """
     text = (row.get("content") or "").strip()
+    if row["role"] == "tool" and OUTSIDE_MARK in text:
+        # An MCP tool's result is data from outside: the summary and the notes that end
+        # up in the system prompt are never written from its words.
+        name = (row.get("meta") or {}).get("name") or "a tool"
+        return f"[tool]: ({name}'s output, {len(text)} characters, not shown)"
     calls = (row.get("meta") or {}).get("tool_calls") or []
     if calls:
         text += " " + ", ".join(f"{c.get('name')}({c.get('args')})" for c in calls)

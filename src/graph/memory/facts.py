@@ -22,7 +22,8 @@ user's own words. The transcript the extractor reads puts each message on one li
 line breaks collapsed) and labels it: `[user]` for what the user typed or said in a
 voice note, `[shared]` for what they passed on (a document's text, a photo's
 description, an audio file, a forwarded text, stored with `media: ["forward"]`),
-`[assistant]` for the assistant (tool results never carry facts). So a line that starts with
+`[assistant]` for the assistant; a tool's result is not shown to it at all (`[tool]`
+lines are a placeholder), so nothing a tool returned can become a fact. So a line that starts with
 `[user]:` always starts a message in the user's own words, and no document can forge
 one. The prompt asks for preferences and constraints from `[user]` lines only, and the
 code holds to it where it can tell: from a batch without a `[user]` line, a preference
@@ -103,6 +104,8 @@ OWN_WORDS_TYPES = frozenset({"preference", "constraint"})
 # Media whose text is the user's own words: what they said in a voice note.
 OWN_MEDIA = frozenset({"voice"})
 SHARED_ROLE = "shared"
+# What the extractor reads in place of a tool's result.
+TOOL_WITHHELD = "(a tool's result, not shown)"
 OWN_LINE = "[user]: "
 # Any group member's line in their own words (fact_members.py).
 MEMBER_LINE = "[member "
@@ -211,6 +214,10 @@ def as_read(row: dict[str, Any]) -> dict[str, Any]:
     """Return a message as the extractor reads it: on one line, and labelled `shared`
     when it is a user message but not the user's own words; a group member's labelled
     by its author (fact_members.py)."""
+    if row["role"] == "tool":
+        # A tool's result is data from outside (an MCP server, a web page): never the
+        # extractor's to read, so no text of a tool can become a fact.
+        return {**row, "content": TOOL_WITHHELD}
     lines = (" ".join(line.split()) for line in (row.get("content") or "").splitlines())
     role = SHARED_ROLE if row["role"] == "user" and not own_words(row) else row["role"]
     role = member_role(row, own_words(row)) or role

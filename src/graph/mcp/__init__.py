@@ -1,0 +1,1 @@
+"""Tools from outside: Model Context Protocol servers the operator connects (docs/tools.md)."""
