@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from src.config import Settings
-from src.graph.mcp.tools import McpTools, start_mcp
+# The MCP client (and LangChain with it) is imported when the command runs, not for
+# `tgagent --help`.
+if TYPE_CHECKING:
+    from src.config import Settings
+    from src.graph.mcp.tools import McpTools
 
 
 def register(sub: Any, db_sub: Any) -> None:
@@ -35,6 +38,8 @@ def render(mcp: McpTools) -> str:
 
 async def list_servers(args: argparse.Namespace, settings: Settings) -> int:
     """Print the servers of MCP_CONFIG with their tools (1 when one did not start)."""
+    from src.graph.mcp.tools import start_mcp
+
     del args
     mcp = await start_mcp(settings)
     if mcp is None:
