@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -17,21 +18,38 @@ from src.storage.migrations import discover
 from tests.integration.test_cli_db import as_url
 
 ROOT = Path(__file__).resolve().parents[2]
-# One worker builds the wheel: two `pip wheel` runs would share the checkout's build/.
+# One worker builds the wheel, once.
 pytestmark = [pytest.mark.xdist_group("wheel"), pytest.mark.slow]
+
+
+# What a build reads of the checkout; the rest (bench, tests, docs) never ships.
+BUILD_INPUTS = ("pyproject.toml", "README.md", "src", "sql")
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Build the wheel from a copy of the checkout's sources, as a clean clone has them:
+    nothing left in the checkout (build/, *.egg-info, caches) can reach the wheel."""
+    tree = tmp_path_factory.mktemp("tree")
+    for name in BUILD_INPUTS:
+        source = ROOT / name
+        if source.is_dir():
+            ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+            shutil.copytree(source, tree / name, ignore=ignore)
+        else:
+            shutil.copy2(source, tree / name)
     out = tmp_path_factory.mktemp("wheel")
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(out), str(tree)],
         capture_output=True,
         text=True,
         timeout=600,
     )
-    assert build.returncode == 0, build.stderr
+    log = f"{build.stdout[-20000:]}\n{build.stderr[-5000:]}"
+    assert build.returncode == 0, log
     (path,) = out.glob("tgagent-*.whl")
+    with zipfile.ZipFile(path) as whl:
+        assert "src/__init__.py" in whl.namelist(), f"{whl.namelist()}\n{log}"
     return path
 
 
