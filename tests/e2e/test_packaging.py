@@ -45,11 +45,12 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         text=True,
         timeout=600,
     )
-    log = f"{build.stdout[-20000:]}\n{build.stderr[-5000:]}"
+    log = f"{build.stdout[-3000:]}\n{build.stderr[-2000:]}"
     assert build.returncode == 0, log
     (path,) = out.glob("tgagent-*.whl")
     with zipfile.ZipFile(path) as whl:
-        assert "src/__init__.py" in whl.namelist(), f"{whl.namelist()}\n{log}"
+        names = whl.namelist()
+    assert "src/__init__.py" in names, f"{len(names)} files: {names[:20]}\n{log}"
     return path
 
 
