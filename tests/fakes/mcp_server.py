@@ -4,7 +4,8 @@
 `python tests/fakes/mcp_server.py http PORT` serves streamable HTTP on 127.0.0.1:PORT/mcp.
 Its tools: `echo`, `whoami` (the process id, and whether FAKE_MCP_TOKEN reached it),
 `hang` (never answers in time), `page` (text with an injection in it), `fail` (the tool's
-own error), `crash` (the process ends during the call) and `big`.
+own error), `crash` (the process ends during the call), `big`, and `count` (each call
+appends a line to the file FAKE_MCP_CALLS names: the tests count the calls made).
 """
 
 from __future__ import annotations
@@ -66,6 +67,17 @@ def crash() -> str:
 def big(size: int) -> str:
     """Return `size` characters."""
     return "x" * size
+
+
+@server.tool()
+def count(text: str) -> str:
+    """Note `text` (one line per call in the file FAKE_MCP_CALLS names)."""
+    path = os.environ["FAKE_MCP_CALLS"]
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(text + "\n")
+    with open(path, encoding="utf-8") as lines:
+        made = sum(1 for _ in lines)
+    return f"noted {text} (call {made})"
 
 
 if __name__ == "__main__":
