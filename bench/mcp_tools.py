@@ -4,8 +4,9 @@ Runs turns through the real service (`build_runtime`: the graph, PostgreSQL and 
 checkpoints) with a chat model answering in-process at once, so that what is timed is
 tgagent's own work: turns without a tool, turns with one round of a built-in tool
 (`recall_previous_conversations`, one query) and turns with one round of an MCP tool over
-stdio (`bench/mcp_echo.py`, a tool that returns at once); and the MCP call alone
-(`McpTools.run`). The difference between the last two kinds of turn is what the MCP call
+stdio (`bench/mcp_echo.py`, a tool that returns at once: its call is recorded, claimed
+before it is sent and finished after, as in every turn); and the MCP call alone
+(`McpTools.run`, unrecorded). The difference between the last two kinds of turn is what the MCP call
 costs beside a tool round. Uses DATABASE_URL / PG_HOST like the application; without them,
 a temporary embedded server. Timings are reported here, never asserted in tests.
 """
@@ -103,7 +104,7 @@ async def _calls(runtime: Any, n: int) -> tuple[float, float]:
     times = []
     for i in range(n):
         started = time.perf_counter()
-        text, ok = await mcp.run(bench, "echo", {"text": f"ping {i}"}, {"user_id": OWNER})
+        text, ok, _, _ = await mcp.run(bench, "echo", {"text": f"ping {i}"}, {"user_id": OWNER})
         times.append((time.perf_counter() - started) * 1000)
         assert ok, text
     return statistics.median(times), percentile(times, 0.95)

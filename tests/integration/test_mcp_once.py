@@ -18,6 +18,7 @@ from src.devtools.replay import replay
 from src.services.agent_service import Identity
 from src.services.usage_report import UsageReports
 from src.storage.delivery_repo import Delivery
+from tests.db_scan import traces
 from tests.fakes.openai_server import Fault
 from tests.integration.test_mcp_tools import (
     ANN,
@@ -195,3 +196,25 @@ async def test_a_tools_result_is_never_found_by_search_as_someones_words(
     llm.script_for(CHAT, call("search_history", query="zanzibarquux"), "Nothing.")
     await rt.service.handle_message(Identity(ANN.owner_id, "ann", "Ann", "en"), "search")
     assert last_result(llm).startswith("Nothing found for 'zanzibarquux'")
+
+
+async def test_erase_and_new_take_the_calls_record_with_them(
+    tmp_path: Path, runtime_factory: Any, llm: Any, pool: Any
+) -> None:
+    """What a tool returned for a person's turn is theirs: /new takes it with the
+    conversation's messages, /erase with everything of theirs."""
+    path, _ = counting(tmp_path)
+    rt = await runtime_factory(mcp_config=path)
+    marker = "qwertymarker"
+    llm.script_for(CHAT, call("fake_count", text=f"{marker}-1"), "Noted.")
+    await rt.service.handle_message(ANN, "note the first")
+    assert await traces(pool, f"{marker}-1", ("mcp_calls",))
+    await rt.service.new_conversation(ANN)
+    assert await recorded(rt) == []
+    llm.script_for(CHAT, call("fake_count", text=f"{marker}-2"), "Noted.")
+    await rt.service.handle_message(ANN, "note the second")
+    await rt.service.drain()
+    assert len(await recorded(rt)) == 1
+    await rt.service.erase(ANN)
+    assert await traces(pool, marker) == []
+    assert await recorded(rt) == []
