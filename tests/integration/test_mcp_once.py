@@ -15,7 +15,6 @@ import pytest
 from src.cli.usage import render
 from src.devtools.checkpoints import CheckpointReader
 from src.devtools.replay import replay
-from src.services.agent_service import Identity
 from src.services.usage_report import UsageReports
 from src.storage.delivery_repo import Delivery
 from tests.db_scan import traces
@@ -184,18 +183,29 @@ async def test_every_call_is_recorded_for_usage(
     json.dumps(report)  # `tgagent usage --json` prints it
 
 
-async def test_a_tools_result_is_never_found_by_search_as_someones_words(
+async def test_search_and_summaries_say_a_line_came_from_a_tool(
     tmp_path: Path, runtime_factory: Any, llm: Any
 ) -> None:
-    """search_history finds what people and the assistant said: a tool's output is not
-    among its hits (nor shown as the next message of one)."""
+    """A tool's output is never a hit of search_history (it finds what people and the
+    assistant said); a reply written from it is, marked as relaying the tool's output,
+    and the memory models read it so labelled."""
     path, _ = counting(tmp_path)
-    rt = await runtime_factory(mcp_config=path)
-    llm.script_for(CHAT, call("fake_count", text="zanzibarquux"), "Noted it.")
+    rt = await runtime_factory(mcp_config=path, max_context=2, summary_trigger=1)
+    llm.script_for(CHAT, call("fake_count", text="zanzibarquux"), "It noted zanzibarquux.")
     await rt.service.handle_message(ANN, "note it please")
-    llm.script_for(CHAT, call("search_history", query="zanzibarquux"), "Nothing.")
-    await rt.service.handle_message(Identity(ANN.owner_id, "ann", "Ann", "en"), "search")
-    assert last_result(llm).startswith("Nothing found for 'zanzibarquux'")
+    llm.script_for(CHAT, "Fine.")
+    await rt.service.handle_message(ANN, "and the weather?")
+    llm.script_for(CHAT, call("search_history", query="zanzibarquux"), "Found it.")
+    await rt.service.handle_message(ANN, "search")
+    await rt.service.drain()
+    found = last_result(llm)
+    assert found.startswith("Found 1 message(s) for 'zanzibarquux'")
+    assert "assistant (relaying fake_count's output): It noted zanzibarquux." in found
+    assert "noted zanzibarquux (call" not in found
+    memory = [json.dumps(r) for r in llm.requests if r.get("model") != CHAT]
+    said = "[assistant, relaying fake_count's output]: It noted zanzibarquux."
+    assert any(said in request for request in memory)
+    assert not any("noted zanzibarquux (call" in request for request in memory)
 
 
 async def test_erase_and_new_take_the_calls_record_with_them(
