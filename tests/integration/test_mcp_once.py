@@ -6,6 +6,7 @@ OpenAI-compatible server, real PostgreSQL."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from src.devtools.replay import replay
 from src.services.usage_report import UsageReports
 from src.storage.delivery_repo import Delivery
 from tests.db_scan import traces
+from tests.e2e.test_devtools_cli import run_cli
 from tests.fakes.openai_server import Fault
 from tests.integration.test_mcp_tools import (
     ANN,
@@ -228,3 +230,28 @@ async def test_erase_and_new_take_the_calls_record_with_them(
     await rt.service.erase(ANN)
     assert await traces(pool, marker) == []
     assert await recorded(rt) == []
+
+
+async def test_tgagent_replay_calls_the_tool_only_with_live_tools(
+    tmp_path: Path, runtime_factory: Any, llm: Any, fresh_schema: str
+) -> None:
+    path, calls = counting(tmp_path)
+    rt = await runtime_factory(mcp_config=path)
+    llm.script_for(CHAT, call("fake_count", text="cli"), "Done.")
+    result = await rt.service.handle_message(ANN, "count it")
+    await rt.service.drain()
+    assert result.conversation_id is not None
+    [turn] = await CheckpointReader(rt.pool).turns(result.conversation_id)
+    env = {
+        "DATABASE_URL": fresh_schema,
+        "OPENAI_BASE_URL": llm.base_url,
+        "OPENAI_API_KEY": "test",
+        "MCP_CONFIG": str(path),
+    }
+    args = ("replay", result.conversation_id, "--checkpoint", turn.head.checkpoint_id, "--json")
+    for flags, reply, lines in (((), "Recorded.", 1), (("--live-tools",), "Live.", 2)):
+        llm.script_for(CHAT, call("fake_count", text="cli"), reply)
+        done = await asyncio.to_thread(run_cli, tmp_path, *args, *flags, **env)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["replay"]["reply"] == reply
+        assert made(calls) == ["cli"] * lines
