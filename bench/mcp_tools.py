@@ -4,10 +4,12 @@ Runs turns through the real service (`build_runtime`: the graph, PostgreSQL and 
 checkpoints) with a chat model answering in-process at once, so that what is timed is
 tgagent's own work: turns without a tool, turns with one round of a built-in tool
 (`recall_previous_conversations`, one query) and turns with one round of an MCP tool over
-stdio (`bench/mcp_echo.py`, a tool that returns at once); and the MCP call alone
-(`McpTools.run`). The difference between the last two kinds of turn is what the MCP call
-costs beside a tool round. Uses DATABASE_URL / PG_HOST like the application; without them,
-a temporary embedded server. Timings are reported here, never asserted in tests.
+stdio (`bench/mcp_echo.py`, a tool that returns at once; its call recorded, claimed before
+it is sent and finished after, as in every turn); then the MCP call alone (`McpTools.run`,
+unrecorded) and its record alone (claimed and finished: what makes a call happen once).
+The difference between the last two kinds of turn is what the MCP call costs beside a tool
+round. Uses DATABASE_URL / PG_HOST like the application; without them, a temporary
+embedded server. Timings are reported here, never asserted in tests.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from bench.harness import fresh_schema, open_bench_pool, percentile, server
 from src.config import Settings
 from src.services.agent_service import Identity
 from src.services.factory import build_runtime
+from src.storage.mcp_calls_repo import McpCallRepository
 
 ECHO = str(Path(__file__).resolve().parent / "mcp_echo.py")
 CASES = ("no tool", "built-in tool", "MCP tool (stdio)")
@@ -78,6 +81,7 @@ async def run(args: argparse.Namespace) -> dict[str, tuple[float, float]]:
                     results[case] = await _turns(runtime, args)
                     if case == CASES[-1]:
                         results["MCP call alone"] = await _calls(runtime, args.turns)
+                        results["MCP call's record"] = await _records(runtime, args.turns)
                 finally:
                     await runtime.close()
                     await pool.close()
@@ -103,9 +107,28 @@ async def _calls(runtime: Any, n: int) -> tuple[float, float]:
     times = []
     for i in range(n):
         started = time.perf_counter()
-        text, ok = await mcp.run(bench, "echo", {"text": f"ping {i}"}, {"user_id": OWNER})
+        text, ok, _, _ = await mcp.run(bench, "echo", {"text": f"ping {i}"}, {"user_id": OWNER})
         times.append((time.perf_counter() - started) * 1000)
         assert ok, text
+    return statistics.median(times), percentile(times, 0.95)
+
+
+async def _records(runtime: Any, n: int) -> tuple[float, float]:
+    """Time what makes a call once: its row claimed before the call, finished after."""
+    record = McpCallRepository(runtime.pool)
+    async with runtime.pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT id FROM messages WHERE owner_id = %s AND role = 'user' LIMIT 1", (OWNER,)
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    times = []
+    for i in range(n):
+        started = time.perf_counter()
+        claim = await record.claim(OWNER, row["id"], f"bench_echo:{i}:0", "bench", "echo")
+        assert isinstance(claim, int)
+        await record.finish(claim, "ok", 1.0, f"echo: ping {i}")
+        times.append((time.perf_counter() - started) * 1000)
     return statistics.median(times), percentile(times, 0.95)
 
 

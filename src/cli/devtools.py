@@ -117,7 +117,13 @@ async def replay_command(args: argparse.Namespace, settings: Settings) -> int:
     async with opened_pool(settings) as pool:
         await require_checkpoint_tables(pool)
         outcome = await replay(
-            pool, settings, args.thread, args.checkpoint, model=args.model, commit=args.commit
+            pool,
+            settings,
+            args.thread,
+            args.checkpoint,
+            model=args.model,
+            commit=args.commit,
+            live_tools=args.live_tools,
         )
     if args.json:
         _out(json.dumps(outcome_json(outcome), ensure_ascii=False, indent=2))
@@ -169,6 +175,11 @@ def register(sub: Any, db_sub: Any) -> None:
     replay.add_argument("--model", help="chat model on the configured endpoint (LLM_MODEL)")
     replay.add_argument(
         "--commit", action="store_true", help="keep the replay as a fork of the thread"
+    )
+    replay.add_argument(
+        "--live-tools",
+        action="store_true",
+        help="call the MCP tools (default: the results recorded when the turn ran)",
     )
     replay.add_argument("--json", action="store_true", help="print JSON")
     replay.set_defaults(handler=reporting(replay_command))

@@ -1,4 +1,5 @@
-"""`tgagent usage [--days N] [--json]`: tokens and estimated cost by user and by purpose."""
+"""`tgagent usage [--days N] [--json]`: tokens and estimated cost by user and by purpose,
+and the MCP tools' calls."""
 
 from __future__ import annotations
 
@@ -40,6 +41,12 @@ def render(report: dict[str, Any]) -> str:
     unpriced = report["total"]["unpriced_models"]
     if unpriced:
         lines.append(f"no price in MODEL_PRICES for: {', '.join(unpriced)} (left out of cost)")
+    if report.get("mcp_tools"):
+        lines += ["", "MCP tool calls:"]
+        for tool in report["mcp_tools"]:
+            ended = ", ".join(f"{n} {outcome}" for outcome, n in sorted(tool["outcomes"].items()))
+            average = f"{tool['avg_ms']} ms on average"
+            lines.append(f"  {tool['tool']}: {tool['calls']} ({ended}), {average}")
     return "\n".join(lines)
 
 

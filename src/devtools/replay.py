@@ -8,6 +8,10 @@ the conversation is first rewound to the messages it had at that checkpoint, so 
 model does not see later turns. The run starts
 from a copy of the checkpoint (LangGraph's `update_state(..., as_node="__copy__")`, a fork):
 in an in-memory saver for a dry run, or in the thread itself with `--commit`.
+
+The MCP servers (MCP_CONFIG) are started for their tools' schemas, and none is called: a
+call of the replayed turn gets the result recorded when the turn ran (src/graph/mcp/once.py),
+a call it did not make an error saying so. With `live_tools` the tools are called.
 """
 
 from __future__ import annotations
@@ -31,10 +35,13 @@ from src.devtools.common import EXIT_BAD_INPUT, EXIT_INCOMPATIBLE, DevtoolsError
 from src.devtools.graph_view import offline_graph
 from src.devtools.sandbox import SandboxPool, connect_like, copy_owner
 from src.devtools.turns import Turn, turn_containing
+from src.graph.deps import GraphDeps
 from src.graph.main_graph import build_graph
+from src.graph.mcp.tools import start_mcp
 from src.services.factory import make_deps
 from src.services.llm_service import make_chat_model
 from src.storage.checkpoint_rows import next_version
+from src.storage.mcp_calls_repo import McpCallRepository
 
 SELECT_OWNER = "SELECT telegram_user_id FROM conversations WHERE id = %s"
 REWIND_MESSAGES = "DELETE FROM messages WHERE conversation_id = %s AND number > %s"
@@ -236,8 +243,10 @@ async def replay(
     model: str | None = None,
     commit: bool = False,
     chat_model: BaseChatModel | None = None,
+    live_tools: bool = False,
 ) -> ReplayOutcome:
-    """Re-run the graph from a checkpoint; see the module docstring for what is written."""
+    """Re-run the graph from a checkpoint; see the module docstring for what is written
+    and what MCP tools do (`live_tools`: call them)."""
     reader = CheckpointReader(pool)
     target = await _find_target(reader, settings, thread, checkpoint)
     try:
@@ -263,7 +272,7 @@ async def replay(
     conn = await connect_like(pool)
     try:
         await copy_owner(conn, owner_id)
-        await _run_on_copy(conn, reader, settings, chat, target, outcome, commit)
+        await _run_on_copy(conn, reader, settings, chat, target, outcome, commit, live_tools)
     finally:
         await conn.close()  # the copies go with it
     return outcome
@@ -277,25 +286,46 @@ async def _run_on_copy(
     target: _Target,
     outcome: ReplayOutcome,
     commit: bool,
+    live_tools: bool = False,
 ) -> None:
     """Rewind the copy to the checkpoint and run the graph over it, then roll back."""
     conversation_id = uuid.UUID(target.thread_id)
     async with conn.transaction(force_rollback=True):
         outcome.hidden_messages = await _rewind(conn, conversation_id, outcome.kept_messages_upto)
-        deps = make_deps(settings, cast(Any, SandboxPool(conn)), chat_model=chat)
+        sandbox = cast(Any, SandboxPool(conn))
+        deps = make_deps(settings, sandbox, chat_model=chat)
         deps.tasks_run = True  # as in the bot: the task and its job are rolled back
-        saver: BaseCheckpointSaver[Any] = reader.saver if commit else _MemorySaver()
-        config = (
-            target.saved.config
-            if commit
-            else await _copy_into_memory(cast(InMemorySaver, saver), target.saved)
-        )
-        graph = build_graph(deps, checkpointer=saver)
-        fork = await graph.aupdate_state(config, None, as_node="__copy__")
-        outcome.fork_id = fork["configurable"]["checkpoint_id"]
-        run_config = {
-            "configurable": dict(fork["configurable"], model=settings.llm_model),
-            "metadata": {"replay_of": target.checkpoint_id, "replay_model": settings.llm_model},
-            "run_name": "replay",
-        }
-        await _run(graph, run_config, outcome)
+        # The recorded calls are read from the copy of the owner's rows.
+        record = None if live_tools else McpCallRepository(sandbox)
+        deps.mcp = await start_mcp(settings, record, replaying=not live_tools)
+        try:
+            await _run_graph(deps, reader, settings, target, outcome, commit)
+        finally:
+            if deps.mcp is not None:
+                await deps.mcp.close()
+
+
+async def _run_graph(
+    deps: GraphDeps,
+    reader: CheckpointReader,
+    settings: Settings,
+    target: _Target,
+    outcome: ReplayOutcome,
+    commit: bool,
+) -> None:
+    """Fork the checkpoint (in memory, or in the thread with `commit`) and run from it."""
+    saver: BaseCheckpointSaver[Any] = reader.saver if commit else _MemorySaver()
+    config = (
+        target.saved.config
+        if commit
+        else await _copy_into_memory(cast(InMemorySaver, saver), target.saved)
+    )
+    graph = build_graph(deps, checkpointer=saver)
+    fork = await graph.aupdate_state(config, None, as_node="__copy__")
+    outcome.fork_id = fork["configurable"]["checkpoint_id"]
+    run_config = {
+        "configurable": dict(fork["configurable"], model=settings.llm_model),
+        "metadata": {"replay_of": target.checkpoint_id, "replay_model": settings.llm_model},
+        "run_name": "replay",
+    }
+    await _run(graph, run_config, outcome)

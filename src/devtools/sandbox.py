@@ -34,6 +34,8 @@ OWNER_ROWS: tuple[tuple[str, str], ...] = (
     ("session_compacts", "telegram_user_id = %(owner)s"),
     ("pending_facts", "telegram_user_id = %(owner)s"),
     ("squash_log", "conversation_id IN (SELECT id FROM pg_temp.conversations)"),
+    # The MCP calls the owner's turns made: a replay gives their recorded results.
+    ("mcp_calls", "owner_id = %(owner)s"),
     # A turn answering a Telegram update stores its reply for sending: a replay never
     # does (it passes no delivery), and if it did, the reply would land in an empty copy.
     ("inbox", "false"),

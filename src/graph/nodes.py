@@ -26,7 +26,7 @@ from langgraph.types import Command
 from psycopg_pool import PoolTimeout
 
 from src.graph import prompts
-from src.graph.context.render import reply_text
+from src.graph.context.render import RELAYS, relayed_tools, reply_text
 from src.graph.conversation_state import ConversationState
 from src.graph.deps import GraphDeps
 from src.graph.lang import lang_of
@@ -379,7 +379,8 @@ class Nodes:
         delivery = (config.get("configurable") or {}).get("delivery")
         answer = state["messages"][-1]
         reply = reply_text(answer)
-        meta, shown = None, reply
+        meta: dict[str, Any] | None = None
+        shown = reply
         if interrupted(answer):
             # Stored as written (the model is told it was cut); shown with a mark.
             meta = {"interrupted": True}
@@ -387,6 +388,9 @@ class Nodes:
             if reply != prompts.STOPPED_EMPTY_REPLY[lang]:
                 shown = f"{reply}…\n\n{prompts.STOPPED_MARK[lang]}"
         records = state.get("tool_records") or []
+        relays = relayed_tools(records)
+        if relays:  # what it says may come from outside: search and memory say so
+            meta = {**(meta or {}), RELAYS: relays}
         stored = 1 + len(records) + 1
         conversation_id = uuid.UUID(state["conversation_id"])
         conversations = self.deps.conversations

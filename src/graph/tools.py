@@ -16,7 +16,7 @@ import numpy as np
 from langchain_core.tools import BaseTool, tool
 from langgraph.prebuilt import InjectedState
 
-from src.graph.context.render import when_local
+from src.graph.context.render import RELAYS, relaying, when_local
 from src.graph.context.sections import compact_line
 from src.graph.deps import GraphDeps
 from src.graph.memory.epoch import delete_in_turn, started
@@ -87,6 +87,7 @@ def format_found(rows: list[dict[str, Any]], query: str, zone: ZoneInfo) -> str:
     lines = []
     for row in rows:
         mark = " (compressed out of the conversation)" if row.get("squashed") else ""
+        mark += f" ({relaying(row)})" if relaying(row) else ""
         when = when_local(row["created_at"], zone)
         text = _snippet(strip_stamp(row["content"]))
         lines.append(f"- {when} #{row['number']} {row['role']}{mark}: {text}")
@@ -111,7 +112,8 @@ def format_span(rows: list[dict[str, Any]], span: Span, limit: int, zone: ZoneIn
     more = f" (the newest {limit}: call with a larger limit for more)" if len(rows) >= limit else ""
     lines = [
         f"- {when_local(r['created_at'], zone)} #{r['number']} {r['role']}"
-        f"{' (compressed out of the conversation)' if r.get('squashed') else ''}: "
+        f"{' (compressed out of the conversation)' if r.get('squashed') else ''}"
+        f"{f' ({relaying(r)})' if relaying(r) else ''}: "
         f"{_snippet(strip_stamp(r['content']))}"
         for r in rows
     ]
@@ -234,6 +236,13 @@ def make_memory_tools(deps: GraphDeps) -> list[BaseTool]:
                 "Search for something specific: a name, a place, a thing, a number."
             )
         note = TOPIC_SCOPE_NOTE if narrowed else ""
+        # A reply that relays an MCP tool's output is marked as such.
+        relays = await deps.conversations.relays_of(
+            state["user_id"], [r["id"] for r in found.rows if r["role"] == "assistant"]
+        )
+        for row in found.rows:
+            if row["id"] in relays:
+                row["meta"] = {**(row.get("meta") or {}), RELAYS: relays[row["id"]]}
         if found.span is not None:
             return note + format_span(found.rows, found.span, max(1, min(50, limit)), zone)
         return note + format_found(found.rows, query, zone)

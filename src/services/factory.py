@@ -32,6 +32,7 @@ from src.services.usage import Usage, recorded
 from src.storage.checkpointer import PooledPostgresSaver
 from src.storage.conversation_repo import ConversationRepository
 from src.storage.embedding_repo import EmbeddingRepository
+from src.storage.mcp_calls_repo import McpCallRepository
 from src.storage.memory_repo import MemoryRepository
 from src.storage.migrations import migrate
 from src.storage.pg_client import open_pool_from_settings
@@ -122,7 +123,7 @@ async def build_runtime(
         counter = make_counter(settings.llm_model, settings.token_counter)
         usage = Usage.over(pool, settings, counter, utc_now)
         deps = make_deps(settings, pool, chat_model, summary_model, usage)
-        deps.mcp = mcp = await start_mcp(settings)
+        deps.mcp = mcp = await start_mcp(settings, McpCallRepository(pool))
         graph = build_graph(deps, checkpointer=checkpointer)
         compact_model = (
             make_compact_model(settings, usage.callbacks)

@@ -11,6 +11,7 @@ from zoneinfo import ZoneInfo
 from src.services.budget import Totals, day_start, month_start
 from src.services.texts import t
 from src.services.usage import Usage
+from src.storage.mcp_calls_repo import McpCallRepository
 
 TOP_USERS = 10
 
@@ -97,6 +98,7 @@ class UsageReports:
             for owner, r in users.items()
         ]
         user_list.sort(key=lambda u: u["input_tokens"] + u["output_tokens"], reverse=True)
+        tools = await McpCallRepository(self.usage.repo.pool).sums(since)
         return {
             "since": since.isoformat(),
             "timezone": self.settings.timezone,
@@ -106,7 +108,23 @@ class UsageReports:
                 purpose: Totals.of(r, self.settings).as_json()
                 for purpose, r in sorted(purposes.items())
             },
+            "mcp_tools": mcp_tools(tools),
         }
+
+
+def mcp_tools(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Return the MCP calls per tool (`NAME_TOOL`): how many, how many ended how, and
+    their average milliseconds (rows: per server, tool and outcome)."""
+    tools: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        name = f"{row['server']}_{row['tool']}"
+        tool = tools.setdefault(name, {"tool": name, "calls": 0, "outcomes": {}, "ms": 0.0})
+        tool["calls"] += row["calls"]
+        tool["outcomes"][row["outcome"]] = row["calls"]
+        tool["ms"] += float(row["avg_ms"] or 0) * row["calls"]
+    for tool in tools.values():
+        tool["avg_ms"] = round(tool.pop("ms") / tool["calls"], 1)
+    return list(tools.values())
 
 
 def _cost(totals: Totals, lang: str | None) -> str:

@@ -75,6 +75,11 @@ MESSAGES_BY_ID = """
 SELECT id, number, role, content, created_at, meta, summarized, facts_extracted
 FROM messages WHERE conversation_id = %s AND id = ANY(%s) ORDER BY created_at, id
 """
+# Replies written after MCP tools' output, and which (src/graph/nodes.py: save_response).
+RELAYS_OF = """
+SELECT id, meta -> 'relays' AS relays FROM messages
+WHERE id = ANY(%s) AND owner_id = %s AND meta ? 'relays'
+"""
 # Uses messages_conv_live_idx: cost depends on `limit`, not on the history's length.
 LOAD_LAST_MESSAGES = """
 SELECT * FROM (
@@ -273,6 +278,15 @@ class ConversationRepository(Repository):
         async with self._conn(conn) as c:
             cur = await c.execute(MESSAGES_BY_ID, (conversation_id, list(ids)))
             return {r["id"]: r for r in await cur.fetchall()}
+
+    async def relays_of(self, owner: int, ids: list[int]) -> dict[int, list[str]]:
+        """Return, of the owner's messages `ids`, the replies that relay MCP tools'
+        output: by id, the tools' names."""
+        if not ids:
+            return {}
+        async with self._conn() as c:
+            cur = await c.execute(RELAYS_OF, (list(ids), owner))
+            return {r["id"]: list(r["relays"]) for r in await cur.fetchall()}
 
     async def load_last_messages(
         self, conversation_id: uuid.UUID, limit: int = 30, conn: Conn | None = None

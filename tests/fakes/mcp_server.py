@@ -4,7 +4,8 @@
 `python tests/fakes/mcp_server.py http PORT` serves streamable HTTP on 127.0.0.1:PORT/mcp.
 Its tools: `echo`, `whoami` (the process id, and whether FAKE_MCP_TOKEN reached it),
 `hang` (never answers in time), `page` (text with an injection in it), `fail` (the tool's
-own error), `crash` (the process ends during the call) and `big`.
+own error), `crash` (the process ends during the call), `big`, and `count`. `count` and
+`hang` append a line per call to the file FAKE_MCP_CALLS names: the tests count the calls.
 """
 
 from __future__ import annotations
@@ -37,9 +38,21 @@ def whoami() -> str:
     return f"pid={os.getpid()} token={'set' if token else 'unset'}"
 
 
+def note(text: str) -> int:
+    """Append `text` to the file FAKE_MCP_CALLS names, if any; return its lines."""
+    path = os.environ.get("FAKE_MCP_CALLS")
+    if not path:
+        return 0
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(text + "\n")
+    with open(path, encoding="utf-8") as lines:
+        return sum(1 for _ in lines)
+
+
 @server.tool()
 async def hang(seconds: float = 3600) -> str:
     """Take `seconds` to answer."""
+    note("hang")
     await asyncio.sleep(seconds)
     return "done"
 
@@ -66,6 +79,12 @@ def crash() -> str:
 def big(size: int) -> str:
     """Return `size` characters."""
     return "x" * size
+
+
+@server.tool()
+def count(text: str) -> str:
+    """Note `text` (one line per call in the file FAKE_MCP_CALLS names)."""
+    return f"noted {text} (call {note(text)})"
 
 
 if __name__ == "__main__":

@@ -27,6 +27,9 @@ SUMMARY_LABEL = "Summary"
 WIDEST_LABEL = "[9999] Assistant: "
 # What marks an MCP tool's words in a result (src/graph/mcp/tools.py: `wrap`).
 OUTSIDE_MARK = "<tool_output "
+# A reply's meta key: the MCP tools whose output the turn's model read before writing it
+# (what it says may come from them: search and the memory models say so).
+RELAYS = "relays"
 # Appended, for the model, to a stored answer the user stopped midway (/stop).
 INTERRUPTED_NOTE = "[interrupted by the user]"
 # A model imitating the numbered thread may start its answer with "[7] Assistant:".
@@ -86,11 +89,31 @@ def row_tokens(row: Row, counter: TokenCounter, prefix: str = WIDEST_LABEL) -> i
     return counter.count(prefix + (row.get("content") or "")) + PER_MESSAGE_OVERHEAD
 
 
+def relayed_tools(records: list[dict[str, Any]]) -> list[str]:
+    """Return the MCP tools whose output is among a turn's tool records (role, content,
+    meta), in order, once each."""
+    names: list[str] = []
+    for record in records:
+        if record["role"] == "tool" and OUTSIDE_MARK in (record.get("content") or ""):
+            name = str((record.get("meta") or {}).get("name") or "a tool")
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def relaying(row: Row) -> str:
+    """Say where a reply's words may come from besides the assistant: "" or
+    `relaying NAME's output` (the MCP tools its turn read, RELAYS)."""
+    names = (row.get("meta") or {}).get(RELAYS) or []
+    return f"relaying {', '.join(names)}'s output" if names else ""
+
+
 def transcript_line(row: Row, cap: int, counter: TokenCounter) -> str:
     """Render one message as a `[role]: text` line for a memory model, cut to `cap` tokens.
 
     Tool calls are shown by name and arguments; an MCP tool's result only by its tool's
-    name; a squash summary is labelled `summary`.
+    name; a squash summary is labelled `summary`; a reply written after an MCP tool's
+    output says so (`[assistant, relaying NAME's output]`).
     """
     text = (row.get("content") or "").strip()
     if row["role"] == "tool" and OUTSIDE_MARK in text:
@@ -102,6 +125,8 @@ def transcript_line(row: Row, cap: int, counter: TokenCounter) -> str:
     if calls:
         text += " " + ", ".join(f"{c.get('name')}({c.get('args')})" for c in calls)
     role = "summary" if is_summary(row) else row["role"]
+    source = relaying(row)
+    role = f"{role}, {source}" if source else role
     return f"[{role}]: {truncate_text(text.strip(), cap, counter)}"
 
 

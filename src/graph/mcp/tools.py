@@ -8,11 +8,13 @@ of its tools a turn's request carries (`allowed_names`), and every call asks it 
 its text by MCP_RESULT_CHARS; a timeout, an error or a server gone answers the model
 with a tool result saying so, and the turn goes on. The result is a tool message (never
 a system message), wrapped in `<tool_output>` so the prompt marks it as a tool's.
+Each call is recorded (`mcp_calls`: usage, and a call made once, src/graph/mcp/once.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
@@ -24,12 +26,16 @@ from langchain_core.tools import BaseTool
 from langchain_mcp_adapters.interceptors import MCPToolCallRequest, MCPToolCallResult
 from mcp.shared.exceptions import McpError
 from mcp.types import CallToolResult, EmbeddedResource, TextContent, TextResourceContents
+from psycopg import Error as DatabaseError
+from psycopg_pool import PoolTimeout
 
 from src.config import Settings
 from src.graph.context.render import OUTSIDE_MARK
 from src.graph.mcp.config import Allow, load_config
+from src.graph.mcp.once import NOT_RECORDED, UNRECORDED, call_key, reused
 from src.graph.mcp.servers import McpServer, McpServers, ServerDown, closed, unsent
 from src.graph.rights import Role, role_of
+from src.storage.mcp_calls_repo import McpCallRepository, Recorded
 
 logger = logging.getLogger(__name__)
 
@@ -76,12 +82,17 @@ def result_text(result: CallToolResult, cap: int) -> str:
     return text
 
 
-async def start_mcp(settings: Settings) -> McpTools | None:
+async def start_mcp(
+    settings: Settings, record: McpCallRepository | None = None, replaying: bool = False
+) -> McpTools | None:
     """Read MCP_CONFIG and start its servers (None when it is not set); a bad file is a
-    ConfigError of one line, a server that fails is left out."""
+    ConfigError of one line, a server that fails is left out. `record`: where calls are
+    recorded and looked up (None: neither); `replaying`: give the recorded results, call
+    nothing."""
     if settings.mcp_config is None:
         return None
-    tools = McpTools(McpServers(load_config(settings.mcp_config)), settings)
+    servers = McpServers(load_config(settings.mcp_config))
+    tools = McpTools(servers, settings, record, replaying)
     try:
         await tools.start()
     except BaseException:
@@ -93,10 +104,22 @@ async def start_mcp(settings: Settings) -> McpTools | None:
 class McpTools:
     """The MCP servers' tools of one process, with who may use them."""
 
-    def __init__(self, servers: McpServers, settings: Settings) -> None:
+    def __init__(
+        self,
+        servers: McpServers,
+        settings: Settings,
+        record: McpCallRepository | None = None,
+        replaying: bool = False,
+    ) -> None:
         self.servers = servers
         self.settings = settings
+        self.record = record
+        """Where calls are recorded and looked up (a turn's call is made once); None:
+        calls are neither recorded nor looked up (`tgagent replay --live-tools`)."""
+        self.replaying = replaying
+        """A replay's: every call gets its recorded result, none is sent."""
         self.calls = 0
+        """Calls sent to a server by this process."""
 
     @property
     def tools(self) -> list[BaseTool]:
@@ -148,35 +171,94 @@ class McpTools:
                 return ToolMessage(
                     REFUSED.format(tool=name), tool_call_id=call_id, name=name, status="error"
                 )
-            text, ok = await self.run(server, request.name, request.args, state)
+            text, ok = await self.once(server, request.name, request.args, state, call_id)
             content = wrap(name, text) if ok else text
             status = "success" if ok else "error"
             return ToolMessage(content, tool_call_id=call_id, name=name, status=status)
 
         return call
 
+    async def once(
+        self,
+        server: McpServer,
+        tool: str,
+        args: dict[str, Any],
+        state: Mapping[str, Any],
+        call_id: str,
+    ) -> tuple[str, bool]:
+        """Make the turn's call of `tool` once (src/graph/mcp/once.py): a call this turn
+        made before (a run of it that died, a replay) gets the recorded result; else it
+        is claimed, sent (`run`) and its result recorded. Return the text for the model
+        and whether the call succeeded."""
+        name = f"{server.name}_{tool}"
+        record = self.record
+        if record is None:
+            text, ok, _, _ = await self.run(server, tool, args, state)
+            return text, ok
+        key = call_key(state, call_id, name, args)
+        message = state.get("input_message_id")
+        if self.replaying:
+            found = await record.recorded(int(message), key) if message else None
+            return reused(found, name) if found else (NOT_RECORDED.format(tool=name), False)
+        owner = int(state.get("user_id") or 0)
+        if not message:  # no stored turn to know it by: counted only
+            text, ok, outcome, ms = await self.run(server, tool, args, state)
+            with contextlib.suppress(DatabaseError, PoolTimeout):
+                await record.add(owner, key, server.name, tool, outcome, ms, text)
+            return text, ok
+        try:
+            claim = await record.claim(owner, int(message), key, server.name, tool)
+        except (DatabaseError, PoolTimeout):
+            logger.warning("mcp call %s not made: its record failed", name, exc_info=True)
+            return UNRECORDED.format(tool=name), False
+        if isinstance(claim, Recorded):
+            logger.info("mcp call %s of message %s was made before: not again", name, message)
+            return reused(claim, name)
+        text, ok, outcome, ms = await self.run(server, tool, args, state)
+        try:
+            await record.finish(claim, outcome, ms, text)
+        except (DatabaseError, PoolTimeout):
+            # Left `running`: a run of the turn made again says the answer was lost.
+            logger.warning("mcp call %s: its result was not recorded", name, exc_info=True)
+        return text, ok
+
     async def run(
         self, server: McpServer, tool: str, args: dict[str, Any], state: Mapping[str, Any]
-    ) -> tuple[str, bool]:
-        """Call `tool` on the live session within MCP_TOOL_TIMEOUT; return its text and
-        whether it succeeded (else the text says what went wrong)."""
+    ) -> tuple[str, bool, str, float]:
+        """Call `tool` on the live session within MCP_TOOL_TIMEOUT; return its text,
+        whether it succeeded (else the text says what went wrong), the outcome (ok,
+        error, timeout, stopped, down) and the milliseconds."""
         limit = self.settings.mcp_tool_timeout
         started = time.monotonic()
         self.calls += 1
         outcome = "ok"
+
+        def ended(text: str, ok: bool) -> tuple[str, bool, str, float]:
+            ms = (time.monotonic() - started) * 1000
+            logger.info(
+                "mcp call %s_%s by %s: %s in %.0f ms",
+                server.name,
+                tool,
+                author_of(state),
+                outcome,
+                ms,
+            )
+            return text, ok, outcome, ms
+
         try:
             async with asyncio.timeout(limit):
                 result = await self._call(server, tool, args)
         except TimeoutError:
             outcome = "timeout"
-            return (
+            return ended(
                 f"Error: the tool {server.name}_{tool} did not answer within {limit:g} s; the "
                 "call was given up. Tell the user, and do not claim it was done.",
                 False,
             )
         except ServerDown:
             outcome = "down"
-            return f"Error: the MCP server {server.name!r} is not running; try again later.", False
+            said = f"Error: the MCP server {server.name!r} is not running; try again later."
+            return ended(said, False)
         except Exception as exc:
             outcome = "error"
             if not isinstance(exc, McpError):
@@ -185,26 +267,19 @@ class McpTools:
                 server.died()
             if closed(exc):
                 server.died()
-                return (
+                outcome = "stopped"
+                return ended(
                     f"Error: the MCP server {server.name!r} stopped during the call; it is "
                     "started again at the next call. Whether the call took effect is unknown.",
                     False,
                 )
-            return f"Error: {server.config.scrub(str(exc)) or type(exc).__name__}", False
-        finally:
-            logger.info(
-                "mcp call %s_%s by %s: %s in %.0f ms",
-                server.name,
-                tool,
-                author_of(state),
-                outcome,
-                (time.monotonic() - started) * 1000,
-            )
+            return ended(f"Error: {server.config.scrub(str(exc)) or type(exc).__name__}", False)
         text = result_text(result, self.settings.mcp_result_chars)
         if result.isError:
             # The tool's own words about its failure are from outside too.
-            return "Error from the tool:\n" + wrap(f"{server.name}_{tool}", text), False
-        return text, True
+            outcome = "error"
+            return ended("Error from the tool:\n" + wrap(f"{server.name}_{tool}", text), False)
+        return ended(text, True)
 
     async def _call(self, server: McpServer, tool: str, args: dict[str, Any]) -> CallToolResult:
         """Call on the live session; a call the server never ran (it died while idle, or
