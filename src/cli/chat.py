@@ -176,7 +176,22 @@ async def chat_loop(
     already shown)."""
     keys = keys or Keys()
     lines = Lines(stdin)
-    interactive = stdin.isatty()
+    try:
+        await _chat_lines(service, identity, lines, stdin.isatty(), stdout, stream, prompted, keys)
+    finally:
+        service.deps.replies.expecting(False)  # no more replies: memory work may go
+
+
+async def _chat_lines(
+    service: AgentService,
+    identity: Identity,
+    lines: Lines,
+    interactive: bool,
+    stdout: TextIO,
+    stream: bool,
+    prompted: bool,
+    keys: Keys,
+) -> None:
     while True:
         if interactive and not prompted:
             stdout.write(PROMPT)
@@ -210,6 +225,8 @@ async def chat_loop(
         else:
             stdout.write(reply + "\n")
             stdout.flush()
+        # Lines typed ahead: their replies go before memory work (src/graph/memory/idle.py).
+        service.deps.replies.expecting(lines.waiting() > 0)
 
 
 def _ctrl_c() -> Keys:

@@ -26,6 +26,7 @@ class Lines:
     def __init__(self, stdin: TextIO) -> None:
         self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._typed = 0
         reader = threading.Thread(target=self._read, args=(stdin,), name="chat-stdin", daemon=True)
         reader.start()
 
@@ -36,19 +37,25 @@ class Lines:
             except (OSError, ValueError):  # closed under us: its end
                 line = ""
             try:
-                self._loop.call_soon_threadsafe(self._queue.put_nowait, line)
+                self._loop.call_soon_threadsafe(self._put, line)
             except RuntimeError:  # the loop is closed: nobody reads any more
                 return
             if not line:
                 return
 
+    def _put(self, line: str) -> None:
+        self._typed += bool(line)
+        self._queue.put_nowait(line)
+
     async def next(self) -> str:
         """Return the next line typed (with its newline), or "" at the end of input."""
-        return await self._queue.get()
+        line = await self._queue.get()
+        self._typed -= bool(line)
+        return line
 
     def waiting(self) -> int:
         """Return how many lines were typed and not read yet."""
-        return self._queue.qsize()
+        return self._typed
 
 
 class Keys:

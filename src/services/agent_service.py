@@ -119,7 +119,8 @@ class AgentService(MemoryCommands):
         )
         self._background.add(task)
         task.add_done_callback(self._background.discard)
-        return await asyncio.shield(result)
+        with self.deps.replies.replying():  # memory calls wait for idle time meanwhile
+            return await asyncio.shield(result)
 
     async def _run_turn(
         self,
