@@ -43,8 +43,10 @@ def format_memory(report: dict[str, Any], lang: str) -> str:
     from src.storage.memory_repo import fact_value
 
     zone = report.get("zone")
+    window, stored = report["window"], report["stored_messages"]
+    shown = report.get("in_window", min(window, stored))
     lines = [
-        f"window: {report['window']} messages, stored: {report['stored_messages']}",
+        f"window: {shown} of {window} messages, stored: {stored}",
         f"reminders: {'on' if report['reminders'] else 'off'}",
     ]
     if report["summary"]:

@@ -207,8 +207,10 @@ class MemoryCommands:
         ids = await deps.conversations.conversation_ids(identity.owner_id, topic=identity.topic_id)
         conv = await deps.conversations.get_conversation(ids[0]) if ids else None
         stored = await deps.conversations.count_messages(ids[0]) if ids else 0
+        window = window_size(window_count(user, conv), self.settings.max_context)
         return {
-            "window": window_size(window_count(user, conv), self.settings.max_context),
+            "window": window,
+            "in_window": min(window, stored),
             "stored_messages": stored,
             "summary": conv["summary"] if conv else "",
             "facts": await deps.memory.facts_with_previous(

@@ -129,7 +129,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "status_thread": "🗂 перебираю разговор…",
         "status_tool": "⚙️ работаю…",
         "memory_title": "Что я помню:",
-        "memory_window": "Сообщений в рабочей памяти: {window} (всего в разговоре: {stored}).",
+        "memory_window": "Сообщений в рабочей памяти: {shown} из {window} (всего в разговоре: "
+        "{stored}).",
         "memory_summary": "Краткое содержание разговора:\n{summary}",
         "memory_no_summary": "Краткого содержания разговора пока нет.",
         "memory_facts": "Факты ({count}):",
@@ -341,8 +342,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "status_thread": "🗂 going through the conversation…",
         "status_tool": "⚙️ working…",
         "memory_title": "What I remember:",
-        "memory_window": "Messages in working memory: {window} (stored in this conversation: "
-        "{stored}).",
+        "memory_window": "Messages in working memory: {shown} of {window} (stored in this "
+        "conversation: {stored}).",
         "memory_summary": "Summary of the conversation:\n{summary}",
         "memory_no_summary": "No summary of the conversation yet.",
         "memory_facts": "Facts ({count}):",
