@@ -344,7 +344,7 @@ class AgentService(MemoryCommands):
             if work.deleted:  # a tool deleted memory: out of the turn's own records too
                 await asyncio.shield(self.eraser.after_turn(thread_id, work))
         logger.info(
-            "turn user=%s conv=%s in=%d chars out=%d chars tools=%s tokens=%d/%d ctx=%d ms=%.1f",
+            "turn user=%s conv=%s in=%d chars out=%d chars tools=%s tokens=%d/%d%s ctx=%d ms=%.1f",
             identity.owner_id,
             conversation_id,
             len(text),
@@ -352,6 +352,7 @@ class AgentService(MemoryCommands):
             ",".join(outcome.tools_used) or "-",
             outcome.tokens_in,
             outcome.tokens_out,
+            " (estimated)" if outcome.tokens_estimated else "",
             outcome.context_tokens,
             outcome.ms,
         )
