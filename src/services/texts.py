@@ -44,6 +44,7 @@ TEXTS: dict[str, dict[str, str]] = {
             "/export — записать в файлы всё, что я о вас храню\n"
             "/erase — стереть всё, что я о вас храню (спрошу подтверждение)\n"
             "/help — эта справка; /exit — выйти (или Ctrl+D)\n"
+            "Ctrl+C — остановить ответ (написанное сохранится); ещё раз — выйти\n"
             "Задачи, напоминания и голосовые — в Telegram-боте."
         ),
         "new": "Начали новый разговор. Предыдущий стёрт.",
@@ -259,6 +260,7 @@ TEXTS: dict[str, dict[str, str]] = {
             "/export — write everything I keep about you into files\n"
             "/erase — erase everything I keep about you (I ask first)\n"
             "/help — this help; /exit — quit (or Ctrl+D)\n"
+            "Ctrl+C — stop the reply (what it wrote is kept); again — quit\n"
             "Tasks, reminders and voice notes are the Telegram bot's."
         ),
         "new": "Started a new conversation. The previous one is erased.",
