@@ -55,9 +55,14 @@ async def test_the_turns_own_fold_does_not_wait(llm: Any) -> None:
 
 
 async def test_a_memory_call_is_bounded_in_time_and_output(llm: Any) -> None:
-    settings = make_settings(llm, memory_call_seconds=0.5, memory_max_output_tokens=100)
+    settings = make_settings(
+        llm,
+        memory_waits_for_replies="auto",
+        memory_call_seconds=0.5,
+        memory_max_output_tokens=100,
+    )
     gate = gate_for(settings)
-    assert gate.enabled  # the fake is on this machine: a local server
+    assert gate.enabled  # the fake is on this machine: a local server (auto)
     model = with_output_cap(make_summary_model(settings, gate=gate), 1500)
     llm.delay_next(1, 30.0)  # a server that takes half a minute before it writes
     with pytest.raises(TimeoutError):
