@@ -60,6 +60,12 @@ def _startup(argv: Sequence[str]) -> int:
     return main(argv)
 
 
+def _typed(argv: Sequence[str]) -> int:
+    from bench.typed_lines import main
+
+    return main(argv)
+
+
 def _mcp(argv: Sequence[str]) -> int:
     from bench.mcp_tools import main
 
@@ -77,6 +83,7 @@ BENCHMARKS: dict[str, Callable[[Sequence[str]], int]] = {
     "budget": _budget,
     "startup": _startup,
     "mcp": _mcp,
+    "typed": _typed,
 }
 
 

@@ -55,7 +55,17 @@ def register(sub: Any, db_sub: Any) -> None:
 def _fill(parser: argparse.ArgumentParser) -> None:
     """Add the turn bench's options and the other benches as subcommands."""
     add_arguments(parser)
-    from bench import budget, delivery, live, mcp_tools, media, memory_load, recall, startup
+    from bench import (
+        budget,
+        delivery,
+        live,
+        mcp_tools,
+        media,
+        memory_load,
+        recall,
+        startup,
+        typed_lines,
+    )
 
     sub = recall.register(parser)
     delivery.register(sub)
@@ -65,3 +75,4 @@ def _fill(parser: argparse.ArgumentParser) -> None:
     budget.register(sub)
     startup.register(sub)
     mcp_tools.register(sub)
+    typed_lines.register(sub)

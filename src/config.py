@@ -154,6 +154,11 @@ class Settings(BaseSettings):
     summary_trigger: int = Field(10, ge=1)
     window_step: int = Field(1, ge=1)
     memory_retry_seconds: float = Field(5.0, ge=0)
+    memory_waits_for_replies: Literal["auto", "always", "never"] = "auto"
+    """Memory model calls wait until no reply is being made (auto: a local endpoint)."""
+    memory_idle_seconds: float = Field(0.5, ge=0)
+    memory_call_seconds: float = Field(120.0, gt=0)
+    memory_max_output_tokens: int = Field(2048, ge=64)
     summary_strategy: Literal["summarize", "semantic", "keyvalue"] = "summarize"
     facts_objective_mode: Literal["auto", "always", "never"] = "auto"
     max_facts_in_prompt: int = Field(30, ge=0)

@@ -205,6 +205,10 @@ def make_settings(llm: FakeOpenAI | None = None, **overrides: Any) -> Settings:
         "embedding_provider": "off",
         # Memory work retried at once after a failure: tests of back-off set it.
         "memory_retry_seconds": 0.0,
+        # Memory calls go at once, as on a server that answers many requests at a time:
+        # waiting for idle time on a one-slot server is tested where it is the subject
+        # (test_memory_idle.py, tests/e2e/test_chat_one_slot.py).
+        "memory_waits_for_replies": "never",
     }
     if llm is not None:
         values |= {"openai_base_url": llm.base_url, "openai_api_key": "test-key"}

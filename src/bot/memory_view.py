@@ -153,7 +153,9 @@ def paginate(items: list[Item], first_room: int) -> list[list[Item]]:
 
 def _overview(report: dict[str, Any], lang: str | None) -> list[str]:
     window, stored = report.get("window", 0), report.get("stored_messages", 0)
-    parts = [t("memory_title", lang), t("memory_window", lang, window=window, stored=stored)]
+    shown = report.get("in_window", min(window, stored))
+    window_line = t("memory_window", lang, shown=shown, window=window, stored=stored)
+    parts = [t("memory_title", lang), window_line]
     summary = str(report.get("summary") or "").strip()
     if summary:
         parts.append(t("memory_summary", lang, summary=_clip(summary, SUMMARY_CHARS)))

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import getpass
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from src.cli.chat_keys import Keys, Lines
 from src.services.texts import status_line, t
 
 # The service and what it brings (LangChain, LangGraph, psycopg) are imported when the
@@ -41,8 +43,10 @@ def format_memory(report: dict[str, Any], lang: str) -> str:
     from src.storage.memory_repo import fact_value
 
     zone = report.get("zone")
+    window, stored = report["window"], report["stored_messages"]
+    shown = report.get("in_window", min(window, stored))
     lines = [
-        f"window: {report['window']} messages, stored: {report['stored_messages']}",
+        f"window: {shown} of {window} messages, stored: {stored}",
         f"reminders: {'on' if report['reminders'] else 'off'}",
     ]
     if report["summary"]:
@@ -167,17 +171,36 @@ async def chat_loop(
     stdout: TextIO,
     stream: bool = True,
     prompted: bool = False,
+    keys: Keys | None = None,
 ) -> None:
-    """Read lines until EOF or /exit, answering each (`stream`: as it is written, when a
-    person types at a terminal; `prompted`: the first prompt is already shown)."""
-    interactive = stdin.isatty()
+    """Read lines until EOF, /exit or a quit (`keys`: Ctrl+C), answering each (`stream`:
+    as it is written, when a person types at a terminal; `prompted`: the first prompt is
+    already shown)."""
+    keys = keys or Keys()
+    lines = Lines(stdin)
+    try:
+        await _chat_lines(service, identity, lines, stdin.isatty(), stdout, stream, prompted, keys)
+    finally:
+        service.deps.replies.expecting(False)  # no more replies: memory work may go
+
+
+async def _chat_lines(
+    service: AgentService,
+    identity: Identity,
+    lines: Lines,
+    interactive: bool,
+    stdout: TextIO,
+    stream: bool,
+    prompted: bool,
+    keys: Keys,
+) -> None:
     while True:
         if interactive and not prompted:
             stdout.write(PROMPT)
             stdout.flush()
         prompted = False
-        line = await asyncio.to_thread(stdin.readline)
-        if not line:
+        line = await keys.until_quit(lines.next())
+        if not line:  # the end of input, or Ctrl+C at the prompt
             break
         line = line.rstrip("\n")
         if line.strip() in EXIT_COMMANDS:
@@ -190,12 +213,29 @@ async def chat_loop(
         live = stream and interactive
         printer = Printer(stdout, identity.language_code) if live else None
         watch = printer.stream if printer is not None else None
-        reply = await answer_line(service, identity, line, watch)
+        keys.reply = watch.stop if watch is not None else None  # what Ctrl+C stops
+        try:
+            reply = await keys.until_quit(answer_line(service, identity, line, watch))
+        finally:
+            keys.reply = None
+        if reply is None:  # a second Ctrl+C while the stopped reply was ending
+            stdout.write("\n")
+            stdout.flush()
+            break
         if printer is not None:
             printer.end(reply)
         else:
             stdout.write(reply + "\n")
             stdout.flush()
+        # Lines typed ahead: their replies go before memory work (src/graph/memory/idle.py).
+        service.deps.replies.expecting(lines.waiting() > 0)
+
+
+def _ctrl_c() -> Keys:
+    """Return the chat's keys, Ctrl+C (SIGINT) handled by them from now on."""
+    keys = Keys()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGINT, keys.interrupt)
+    return keys
 
 
 async def find_model(settings: Settings, lang: str) -> Settings | None:
@@ -251,11 +291,20 @@ async def run_chat(args: argparse.Namespace, settings: Settings) -> int:
             sys.stdout.write("\n")
             sys.stdout.flush()
         raise
+    keys = _ctrl_c()
     try:
         identity = Identity(args.user_id, getpass.getuser(), None, lang, role=Role.TERMINAL)
         await chat_loop(
-            runtime.service, identity, sys.stdin, sys.stdout, configured.stream_replies, prompted
+            runtime.service,
+            identity,
+            sys.stdin,
+            sys.stdout,
+            configured.stream_replies,
+            prompted,
+            keys,
         )
     finally:
+        # A Ctrl+C while the work after the last reply ends interrupts that wait.
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
         await runtime.close()
     return 0

@@ -16,6 +16,7 @@ from src.config import Settings
 from src.graph.mcp.tools import McpTools
 from src.graph.memory.errors import is_outage
 from src.graph.memory.folds import Backoff, Runs
+from src.graph.memory.idle import ReplyGate
 from src.graph.memory.structured import JsonAnswers, endpoint_of
 from src.graph.tokens import ApproxCounter, TokenCounter
 from src.storage.conversation_repo import ConversationRepository
@@ -89,6 +90,9 @@ class GraphDeps:
     stops: dict[int, asyncio.Event] = field(default_factory=dict)
     """The stop signals of this process's live turns, by owner (/stop sets one): the
     agent node streams the model's answer of such a turn and ends it when it is set."""
+    replies: ReplyGate = field(default_factory=ReplyGate)
+    """Whether replies are being made: memory model calls wait for idle time
+    (src/graph/memory/idle.py); the memory models made from settings hold it."""
     tasks_run: bool = False
     """Whether scheduled tasks reach the user from here: the bot and its workers run them
     and deliver their answers in Telegram; the terminal chat runs none, so schedule_task

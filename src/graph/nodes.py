@@ -32,7 +32,7 @@ from src.graph.deps import GraphDeps
 from src.graph.lang import lang_of
 from src.graph.model_calls import OverBudget
 from src.graph.output_caps import was_cut
-from src.graph.tokens import count_tools
+from src.graph.tokens import count_messages, count_tools, message_text
 from src.graph.turn_context import TurnContext
 from src.storage.base import clean_json
 from src.storage.delivery_repo import Delivery
@@ -244,6 +244,14 @@ class Nodes:
         if answer.usage_metadata:
             usage["input"] = usage.get("input", 0) + answer.usage_metadata.get("input_tokens", 0)
             usage["output"] = usage.get("output", 0) + answer.usage_metadata.get("output_tokens", 0)
+        else:
+            # The endpoint reported none (llama.cpp's servers in a stream): an estimate,
+            # marked as such, rather than a call that cost nothing.
+            counter = self.deps.counter
+            sent = count_messages(messages, counter) + (0 if capped else self.tool_tokens)
+            usage["input"] = usage.get("input", 0) + sent
+            usage["output"] = usage.get("output", 0) + counter.count(message_text(answer))
+            usage["estimated"] = True
         return {
             "messages": [answer],
             "tool_rounds": rounds + (1 if answer.tool_calls else 0),

@@ -36,7 +36,8 @@ def summary_tokens(summary_budget: int) -> int:
 
 
 def with_output_cap(model: Model, tokens: int) -> Model:
-    """Return `model` capped at `tokens` output tokens (a copy sharing its HTTP client).
+    """Return `model` capped at `tokens` output tokens (a copy sharing its HTTP client),
+    at most its memory calls' cap (src/graph/memory/idle.py).
 
     Models without an output cap field (the fake chat models of unit tests) are returned
     as they are. A copy rather than `bind(max_tokens=...)`, because
@@ -44,6 +45,9 @@ def with_output_cap(model: Model, tokens: int) -> Model:
     """
     if "max_tokens" not in type(model).model_fields:
         return model
+    gate = getattr(model, "gate", None)  # a memory model's: MEMORY_MAX_OUTPUT_TOKENS
+    if gate is not None and gate.max_output_tokens:
+        tokens = min(tokens, gate.max_output_tokens)
     return model.model_copy(update={"max_tokens": tokens})
 
 

@@ -26,6 +26,7 @@ from src.graph.context.render import row_tokens
 from src.graph.conversation_state import ConversationState
 from src.graph.deps import GraphDeps
 from src.graph.memory.errors import log_failure
+from src.graph.memory.idle import urgent
 from src.graph.memory.summarizer import SummaryTooLong, fold_before, summary_limits, window_rule
 from src.graph.memory.window import LAG_FACTOR, carried, due, window_count, window_size
 from src.storage.turn_reads import read_turn
@@ -208,6 +209,12 @@ class TurnContext:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(deps.settings.llm_timeout, SYNC_FOLD_SECONDS)
         running = deps.runs.running(key)
+        if running is not None and deps.replies.holds(key):
+            # A fold ahead waiting for idle time (src/graph/memory/idle.py): it has asked
+            # nothing yet, and this turn's own fold does its work now.
+            running.cancel()
+            await asyncio.wait({running})
+            running = None
         if running is not None:
             # A fold under way (a slow model): a moment for it, not its whole time; if it
             # failed, this turn's own fold tries again.
@@ -217,12 +224,13 @@ class TurnContext:
                 logger.warning("a fold of %s is still under way: not waited for", conversation_id)
                 return False
         for attempt in range(1, SYNC_FOLD_TRIES + 1):
-            task = deps.runs.start(
-                key,
-                lambda: fold_before(
-                    deps, state["user_id"], conversation_id, before, model, self.tool_tokens
-                ),
-            )
+            with urgent():  # part of the answer: it waits for no idle time
+                task = deps.runs.start(
+                    key,
+                    lambda: fold_before(
+                        deps, state["user_id"], conversation_id, before, model, self.tool_tokens
+                    ),
+                )
             try:
                 # Not cancelled when the wait ends: it goes on and commits for a later turn.
                 await asyncio.wait_for(asyncio.shield(task), max(0.1, deadline - loop.time()))

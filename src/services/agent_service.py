@@ -119,7 +119,8 @@ class AgentService(MemoryCommands):
         )
         self._background.add(task)
         task.add_done_callback(self._background.discard)
-        return await asyncio.shield(result)
+        with self.deps.replies.replying():  # memory calls wait for idle time meanwhile
+            return await asyncio.shield(result)
 
     async def _run_turn(
         self,
@@ -343,7 +344,7 @@ class AgentService(MemoryCommands):
             if work.deleted:  # a tool deleted memory: out of the turn's own records too
                 await asyncio.shield(self.eraser.after_turn(thread_id, work))
         logger.info(
-            "turn user=%s conv=%s in=%d chars out=%d chars tools=%s tokens=%d/%d ctx=%d ms=%.1f",
+            "turn user=%s conv=%s in=%d chars out=%d chars tools=%s tokens=%d/%d%s ctx=%d ms=%.1f",
             identity.owner_id,
             conversation_id,
             len(text),
@@ -351,6 +352,7 @@ class AgentService(MemoryCommands):
             ",".join(outcome.tools_used) or "-",
             outcome.tokens_in,
             outcome.tokens_out,
+            " (estimated)" if outcome.tokens_estimated else "",
             outcome.context_tokens,
             outcome.ms,
         )

@@ -16,6 +16,7 @@ from src.graph.deps import GraphDeps, utc_now
 from src.graph.lang import set_default_language
 from src.graph.main_graph import build_graph
 from src.graph.mcp.tools import McpTools, start_mcp
+from src.graph.memory.idle import gate_for
 from src.graph.memory.structured import JsonAnswers
 from src.graph.tokens import make_counter
 from src.services.agent_service import AgentService
@@ -78,6 +79,7 @@ def make_deps(
     """Build the graph's dependencies over an open pool; with `usage`, every model call
     is recorded (models given are recorded too) and budgets hold."""
     callbacks: list[BaseCallbackHandler] | None = None
+    gate = gate_for(settings)
     if usage is not None:
         callbacks = usage.callbacks
         chat_model = recorded(chat_model, usage)
@@ -90,7 +92,7 @@ def make_deps(
         search=SearchRepository(pool, settings.search_semantic_weight),
         embedder=make_embedder(settings, usage.recorder if usage is not None else None),
         chat_model=chat_model or make_chat_model(settings, callbacks=callbacks),
-        summary_model=summary_model or make_summary_model(settings, callbacks),
+        summary_model=summary_model or make_summary_model(settings, callbacks, gate),
         models=None
         if chat_model
         else functools.cache(partial(make_chat_model, settings, callbacks=callbacks)),
@@ -101,6 +103,7 @@ def make_deps(
             else make_counter(settings.llm_model, settings.token_counter)
         ),
         json_answers=JsonAnswers(enabled=settings.structured_output != "off"),
+        replies=gate,
     )
 
 
@@ -126,7 +129,7 @@ async def build_runtime(
         deps.mcp = mcp = await start_mcp(settings, McpCallRepository(pool))
         graph = build_graph(deps, checkpointer=checkpointer)
         compact_model = (
-            make_compact_model(settings, usage.callbacks)
+            make_compact_model(settings, usage.callbacks, deps.replies)
             if model_configured(settings)
             else deps.summary_model
         )

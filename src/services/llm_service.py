@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any, Literal
 
-from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, BaseCallbackHandler
 from langchain_core.language_models import LanguageModelInput
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.outputs import ChatResult
 from langchain_openai import ChatOpenAI
-from pydantic import SecretStr
+from pydantic import Field, SecretStr
 
 from src.config import ConfigError, Settings, model_configured
 
@@ -36,6 +38,22 @@ class CompatibleChatOpenAI(ChatOpenAI):
 
     token_limit_param: Literal["max_tokens", "max_completion_tokens"] = "max_completion_tokens"
     """The request field that carries the output cap."""
+    gate: Any = Field(default=None, exclude=True)
+    """A memory model's ReplyGate (src/graph/memory/idle.py): each call waits for idle
+    time, then is bounded in time; None (the chat model): calls go at once."""
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        if self.gate is None:
+            return await super()._agenerate(messages, stop, run_manager, **kwargs)
+        await self.gate.wait()  # replies first
+        async with asyncio.timeout(self.gate.call_seconds):  # retries included
+            return await super()._agenerate(messages, stop, run_manager, **kwargs)
 
     def _get_request_payload(
         self, input_: LanguageModelInput, *, stop: list[str] | None = None, **kwargs: Any
@@ -96,11 +114,13 @@ def make_chat_model(
     model: str | None = None,
     temperature: float | None = None,
     callbacks: list[BaseCallbackHandler] | None = None,
+    gate: Any = None,
 ) -> ChatOpenAI:
     """Return a ChatOpenAI for `model` (default LLM_MODEL) on the configured endpoint.
 
     Its replies are capped at LLM_MAX_OUTPUT_TOKENS; the memory models' calls set their
-    own caps (src/graph/output_caps.py). `callbacks` see every call (the usage recorder).
+    own caps (src/graph/output_caps.py). `callbacks` see every call (the usage recorder);
+    `gate`: a memory model's (see CompatibleChatOpenAI.gate).
     """
     if not model_configured(settings):
         raise ConfigError(
@@ -119,18 +139,19 @@ def make_chat_model(
         token_limit_param=settings.token_limit_param,
         temperature=settings.llm_temperature if temperature is None else temperature,
         callbacks=callbacks,
+        gate=gate,
     )
 
 
 def make_summary_model(
-    settings: Settings, callbacks: list[BaseCallbackHandler] | None = None
+    settings: Settings, callbacks: list[BaseCallbackHandler] | None = None, gate: Any = None
 ) -> ChatOpenAI:
     """Return the (cheaper) model that writes summaries and extracts facts."""
-    return make_chat_model(settings, settings.effective_summary_model, 0, callbacks)
+    return make_chat_model(settings, settings.effective_summary_model, 0, callbacks, gate)
 
 
 def make_compact_model(
-    settings: Settings, callbacks: list[BaseCallbackHandler] | None = None
+    settings: Settings, callbacks: list[BaseCallbackHandler] | None = None, gate: Any = None
 ) -> ChatOpenAI:
     """Return the cheap model that compacts finished sessions (seed 001)."""
-    return make_chat_model(settings, settings.effective_compact_model, 0, callbacks)
+    return make_chat_model(settings, settings.effective_compact_model, 0, callbacks, gate)

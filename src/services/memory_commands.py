@@ -15,6 +15,7 @@ from src.config import Settings
 from src.graph.deps import GraphDeps
 from src.graph.frs.compress import build_compress_graph, run_compression
 from src.graph.memory.fact_keys import find_key
+from src.graph.memory.idle import urgent
 from src.graph.memory.window import window_count, window_size
 from src.graph.timestamps import own_zone, owner_zone, stamp
 from src.services.embedding_worker import EmbeddingWorker
@@ -141,11 +142,13 @@ class MemoryCommands:
             )
             if self.compactor is not None:
                 # Facts and the compact are read before the wipe; slow models finish
-                # in the background from what was read and kept.
-                for conversation_id in old:
-                    await self.compactor.end_session(
-                        identity.owner_id, conversation_id, keep_facts=True
-                    )
+                # in the background from what was read and kept. The user waits for
+                # them (the next prompt carries the facts): no idle time is waited for.
+                with urgent():
+                    for conversation_id in old:
+                        await self.compactor.end_session(
+                            identity.owner_id, conversation_id, keep_facts=True
+                        )
             new_id = await deps.conversations.create_new_conversation(
                 identity.owner_id, topic=identity.topic_id
             )
@@ -207,8 +210,10 @@ class MemoryCommands:
         ids = await deps.conversations.conversation_ids(identity.owner_id, topic=identity.topic_id)
         conv = await deps.conversations.get_conversation(ids[0]) if ids else None
         stored = await deps.conversations.count_messages(ids[0]) if ids else 0
+        window = window_size(window_count(user, conv), self.settings.max_context)
         return {
-            "window": window_size(window_count(user, conv), self.settings.max_context),
+            "window": window,
+            "in_window": min(window, stored),
             "stored_messages": stored,
             "summary": conv["summary"] if conv else "",
             "facts": await deps.memory.facts_with_previous(

@@ -44,6 +44,7 @@ TEXTS: dict[str, dict[str, str]] = {
             "/export — записать в файлы всё, что я о вас храню\n"
             "/erase — стереть всё, что я о вас храню (спрошу подтверждение)\n"
             "/help — эта справка; /exit — выйти (или Ctrl+D)\n"
+            "Ctrl+C — остановить ответ (написанное сохранится); ещё раз — выйти\n"
             "Задачи, напоминания и голосовые — в Telegram-боте."
         ),
         "new": "Начали новый разговор. Предыдущий стёрт.",
@@ -129,7 +130,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "status_thread": "🗂 перебираю разговор…",
         "status_tool": "⚙️ работаю…",
         "memory_title": "Что я помню:",
-        "memory_window": "Сообщений в рабочей памяти: {window} (всего в разговоре: {stored}).",
+        "memory_window": "Сообщений в рабочей памяти: {shown} из {window} (всего в разговоре: "
+        "{stored}).",
         "memory_summary": "Краткое содержание разговора:\n{summary}",
         "memory_no_summary": "Краткого содержания разговора пока нет.",
         "memory_facts": "Факты ({count}):",
@@ -258,6 +260,7 @@ TEXTS: dict[str, dict[str, str]] = {
             "/export — write everything I keep about you into files\n"
             "/erase — erase everything I keep about you (I ask first)\n"
             "/help — this help; /exit — quit (or Ctrl+D)\n"
+            "Ctrl+C — stop the reply (what it wrote is kept); again — quit\n"
             "Tasks, reminders and voice notes are the Telegram bot's."
         ),
         "new": "Started a new conversation. The previous one is erased.",
@@ -341,8 +344,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "status_thread": "🗂 going through the conversation…",
         "status_tool": "⚙️ working…",
         "memory_title": "What I remember:",
-        "memory_window": "Messages in working memory: {window} (stored in this conversation: "
-        "{stored}).",
+        "memory_window": "Messages in working memory: {shown} of {window} (stored in this "
+        "conversation: {stored}).",
         "memory_summary": "Summary of the conversation:\n{summary}",
         "memory_no_summary": "No summary of the conversation yet.",
         "memory_facts": "Facts ({count}):",

@@ -45,6 +45,8 @@ class TurnResult:
     tools_used: list[str] = field(default_factory=list)
     tokens_in: int = 0
     tokens_out: int = 0
+    tokens_estimated: bool = False
+    """The endpoint reported no usage for some call: the tokens are an estimate."""
     context_tokens: int = 0
     ms: float = 0.0
 
@@ -60,6 +62,7 @@ class TurnResult:
         if "usage" in values:
             self.tokens_in = values["usage"].get("input", 0)
             self.tokens_out = values["usage"].get("output", 0)
+            self.tokens_estimated = bool(values["usage"].get("estimated"))
 
 
 @dataclass

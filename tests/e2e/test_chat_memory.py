@@ -243,7 +243,11 @@ async def test_summary_loses_nothing(
 
     llm.default_reply = chat_model
     llm.default_for(SUMMARY_MODEL, summary_model)
-    env = chat_env(fresh_schema, llm, MAX_CONTEXT="6", SUMMARY_TRIGGER="2")
+    # Its summarizer runs before the next turn starts: memory calls go at once, not
+    # after the lines typed ahead (waiting for idle time: test_chat_one_slot.py).
+    env = chat_env(
+        fresh_schema, llm, MAX_CONTEXT="6", SUMMARY_TRIGGER="2", MEMORY_WAITS_FOR_REPLIES="never"
+    )
     async with chat_process(env, tmp_path, owner) as chat:
         chat.send(*(f"u{i} tell me something about the weather" for i in range(1, TURNS + 1)))
         lines = await chat.finish()

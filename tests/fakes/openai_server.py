@@ -70,6 +70,14 @@ right after the request's delay (`delay`/`delay_next`: the time to first token),
 every `stream_delay` seconds. A client that goes away before the answer is complete (it
 cancelled the call) is counted in `cancelled_streams` and leaves nothing in flight.
 
+One-slot servers: with `slots = n` (0, the default: any number) the chat requests are
+served n at a time, like llama.cpp's server with `--parallel n` (llama-cpp-python serves
+one): the others wait, in the order they came, before anything of theirs is answered
+(delay and faults included). `served` lists the requests' indexes (in `requests`) in
+the order they got a slot. `token_seconds` is the time the server takes per output token
+(one per `CHARS_PER_TOKEN` characters): a whole answer comes after its content's time, a
+streamed one writes each chunk after its tokens' time (or `stream_delay`, the longer).
+
 Usage: every chat answer reports `usage` (`prompt_tokens`: one token per `CHARS_PER_TOKEN`
 characters of the messages' text, at least 1; `completion_tokens`: likewise of the reply's
 content and tool calls), a stream in its usage chunk. `cached_prompt_tokens = n` adds
@@ -404,6 +412,10 @@ class FakeOpenAI(BackgroundAiohttpServer):
         self.reports_usage = True
         self.cached_prompt_tokens = 0
         self.concurrency_key: Callable[[dict[str, Any]], Any] | None = None
+        self.slots = 0
+        self.token_seconds = 0.0
+        self.served: list[int] = []
+        self._slot_gate: tuple[int, asyncio.Semaphore] | None = None
         self.models: list[str] = ["gpt-4o-mini", "gpt-4.1-mini", "fake-model"]
         self.requests: list[dict[str, Any]] = []
         self.request_times: list[dict[str, float | None]] = []
@@ -576,6 +588,7 @@ class FakeOpenAI(BackgroundAiohttpServer):
             self.request_times.clear()
             self.timings.clear()
             self.overlap_keys.clear()
+            self.served.clear()
             self.max_concurrent = self.overlaps = self.cancelled_streams = 0
             self._queue.clear()
             self._model_queues.clear()
@@ -600,6 +613,8 @@ class FakeOpenAI(BackgroundAiohttpServer):
             self.stream_delay = 0.0
             self.stream_words = False
             self.concurrency_key = None
+            self.slots = 0
+            self.token_seconds = 0.0
             self.supports_structured_output = True
             self.structured_output_mode = "json_schema"
             self.honours_max_completion_tokens = True
@@ -694,7 +709,10 @@ class FakeOpenAI(BackgroundAiohttpServer):
         request[TIMING] = timing
         generation = self._generation
         key, fault, delay, reply = self._admit(body, timing)
+        index = len(self.requests) - 1  # no await since _admit recorded it
+        slot = None
         try:
+            slot = await self._take_slot(index, generation)
             if delay:
                 await self._sleep(delay)
             if fault is None and callable(reply):
@@ -717,7 +735,30 @@ class FakeOpenAI(BackgroundAiohttpServer):
                 raise asyncio.CancelledError from exc
             raise
         finally:
+            if slot is not None:
+                slot.release()
             self._release(key, started, generation)
+
+    async def _take_slot(self, index: int, generation: int) -> asyncio.Semaphore | None:
+        """Wait for one of `slots` (none with `slots = 0`); note that `index` is served."""
+        slot = None
+        if self.slots:
+            if self._slot_gate is None or self._slot_gate[0] != self.slots:
+                self._slot_gate = (self.slots, asyncio.Semaphore(self.slots))
+            slot = self._slot_gate[1]
+            await slot.acquire()
+        with self._lock:
+            if generation == self._generation:
+                self.served.append(index)
+        return slot
+
+    def _token_time(self, text: str) -> float:
+        return self.token_seconds * max(1, len(text) // CHARS_PER_TOKEN)
+
+    async def _write_time(self, text: str) -> None:
+        """Take the time the server takes to write `text` (`token_seconds`)."""
+        if self.token_seconds > 0 and text:
+            await self._sleep(self._token_time(text))
 
     async def _embeddings(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
@@ -858,6 +899,7 @@ class FakeOpenAI(BackgroundAiohttpServer):
         finish = reply.get("finish_reason") or finish
         if body.get("stream"):
             return await self._stream(request, head, message, finish, usage, body, no_choices)
+        await self._write_time(message_text(message))
         choice = {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
         choices = [] if no_choices else [choice]
         if content and not no_choices:
@@ -906,8 +948,10 @@ class FakeOpenAI(BackgroundAiohttpServer):
             if message.get("refusal"):
                 await send({"refusal": message["refusal"]})
             for i, piece in enumerate(self._pieces(message.get("content") or "")):
-                if i and self.stream_delay > 0:
+                if i and self.stream_delay > 0 and self.stream_delay >= self._token_time(piece):
                     await self._sleep(self.stream_delay)
+                elif self.token_seconds > 0:
+                    await self._write_time(piece)
                 await send({"content": piece})
                 if i == 0:
                     _first_content(request)
@@ -1442,8 +1486,16 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="ignore max_completion_tokens (honour only max_tokens) like llama.cpp's server",
     )
+    parser.add_argument(
+        "--slots", type=int, default=0, help="serve this many requests at a time (0: any)"
+    )
+    parser.add_argument(
+        "--token-seconds", type=float, default=0.0, help="seconds to write one output token"
+    )
     args = parser.parse_args(argv)
     server = FakeOpenAI(args.host, args.port)
+    server.slots = args.slots
+    server.token_seconds = args.token_seconds
     if args.reply is not None:
         server.default_reply = args.reply
     server.delay = args.delay

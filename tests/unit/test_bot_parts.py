@@ -34,7 +34,9 @@ def test_memory_report_lists_every_layer() -> None:
     }
     text = render_memory(report, "en")
     assert text.startswith(t("memory_title", "en"))
-    assert t("memory_window", "en", window=30, stored=42) in text
+    assert t("memory_window", "en", shown=30, window=30, stored=42) in text
+    few = render_memory({**report, "stored_messages": 4}, "en")
+    assert "Messages in working memory: 4 of 30 (stored in this conversation: 4)." in few
     assert "Talked about tea." in text
     assert "1. name: Ann\n2. drink: green tea (preference)" in text
     assert "3. 2026-01-02 Planned a trip. [travel, Rome]" in text

@@ -24,3 +24,9 @@ async def test_the_terminal_help_names_only_what_the_terminal_does(lang: str) ->
     named = set(re.findall(r"/[a-z]+", text))
     assert "/exit" in named and named <= TERMINAL_COMMANDS
     assert not {"/tasks", "/stop", "/tz", "/model", "/usage", "/compress"} & named
+
+
+@pytest.mark.parametrize("lang", ["ru", "en"])
+async def test_the_terminal_help_says_what_ctrl_c_does(lang: str) -> None:
+    text = await answer_line(None, Identity(1, language_code=lang), "/help")  # type: ignore[arg-type]
+    assert "Ctrl+C" in text

@@ -38,3 +38,9 @@ def test_dates_are_in_the_owners_zone() -> None:
     new_york = format_memory(report("America/New_York"), "en")
     assert "was Berlin until 2026-11-27" in new_york
     assert "previous conversation 2026-11-27: Planned a trip." in new_york
+
+
+def test_the_window_says_how_many_messages_it_holds() -> None:
+    """4 messages stored, a window of 30: the window holds 4 of 30, not 30."""
+    text = format_memory(report("Europe/Moscow"), "en")
+    assert text.splitlines()[0] == "window: 4 of 30 messages, stored: 4"

@@ -1123,3 +1123,27 @@ def test_bot_raw_http(tg: FakeBotAPI) -> None:
         "error_code": 404,
         "description": "Not Found: method not found",
     }
+
+
+async def test_a_one_slot_server_serves_requests_one_after_the_other(srv: FakeOpenAI) -> None:
+    """`slots = 1` (llama-cpp-python, llama.cpp's `--parallel 1`): a request that comes
+    while another is served waits for it, and is answered after it."""
+    srv.slots = 1
+    srv.token_seconds = 0.01
+    srv.script("first " * 20, "second")
+    client = openai.AsyncOpenAI(base_url=srv.base_url, api_key="k", max_retries=0)
+    done: list[str] = []
+
+    async def ask(text: str) -> None:
+        answer = await client.chat.completions.create(
+            model="fake-model", messages=[{"role": "user", "content": text}]
+        )
+        done.append(answer.choices[0].message.content or "")
+
+    first = asyncio.create_task(ask("one"))
+    while not srv.served:  # the first has its slot
+        await asyncio.sleep(0.01)
+    await asyncio.gather(first, ask("two"))
+    assert srv.served == [0, 1] and len(srv.requests) == 2
+    assert [d.split()[0] for d in done] == ["first", "second"]
+    await client.close()

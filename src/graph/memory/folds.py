@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from src.graph.memory.idle import mark_work
 from src.storage.pg_client import background_context
 
 MAX_DOUBLINGS = 6
@@ -81,8 +82,11 @@ class Runs:
         async def run() -> Any:
             return await work()
 
-        # Background: it takes only its share of the pool (src/storage/pg_client.py).
-        task = asyncio.create_task(run(), context=background_context())
+        # Background: it takes only its share of the pool (src/storage/pg_client.py); its
+        # model calls say whose they are (src/graph/memory/idle.py).
+        context = background_context()
+        context.run(mark_work, key)
+        task = asyncio.create_task(run(), context=context)
         self._tasks[key] = task
         task.add_done_callback(lambda done: self._forget(key, done))
         return task
