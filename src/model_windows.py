@@ -21,8 +21,8 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 FILE_NAME = "model_windows.json"
-# A window the server refused again after the turn was planned within it: our token count
-# is below the server's (another tokenizer); plan on this share of it, down to FLOOR.
+# A window the server refused a request planned within: our token count is below the
+# server's (another tokenizer); requests are planned on less of it, never below FLOOR.
 SHRINK = 0.85
 FLOOR = 0.5
 # Where an overflow error says the window (the wordings of OpenAI, vLLM and
@@ -117,25 +117,19 @@ class WindowBook:
             self._save()
 
     def learn(self, base_url: str | None, model: str, tokens: int) -> Window:
-        """Remember the window an overflow error said (`tokens`) and return it.
-
-        Refused again within the same window, a request is planned on less of it.
-        """
+        """Remember the window an overflow error said (`tokens`) and return it (what a
+        request is planned within stays, when the window is the one known)."""
         key = endpoint_key(base_url, model)
         with self._lock:
             known = self._windows.get(key)
-            usable = tokens
-            if known is not None and known.tokens == tokens:
-                usable = max(int(tokens * FLOOR), int(known.planned * SHRINK))
-            window = Window(tokens, "error", usable if usable != tokens else 0)
+            usable = known.usable if known is not None and known.tokens == tokens else 0
+            window = Window(tokens, "error", usable)
             self._windows[key] = window
             self._save()
         logger.warning(
-            "the server of %s refused a request as too long: its window is %d tokens "
-            "(requests planned within %d)",
+            "the server of %s refused a request as too long: its window is %d tokens",
             model,
             tokens,
-            window.planned,
         )
         return window
 

@@ -20,7 +20,7 @@ from langchain_core.tools import BaseTool
 
 from src.config import Settings
 from src.graph.tokens import TokenCounter, count_messages, count_tools
-from src.model_windows import is_overflow, window_of_error
+from src.model_windows import SHRINK, is_overflow, window_of_error
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +113,9 @@ async def learned(
         # The server counts more than we do: plan on the share of its window we count.
         usable = int(window * estimate / counted)
         book.plan_within(settings.openai_base_url, model, usable)
+    if settings.context_limit(model) >= before:
+        # Planned within this very window and refused: plan on less of it.
+        book.plan_within(settings.openai_base_url, model, int(before * SHRINK))
     after = settings.context_limit(model)
     logger.warning(
         "%s refused a request of ~%d tokens (server: %s): planned within %d, was %d",
