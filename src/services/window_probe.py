@@ -8,16 +8,20 @@ default capped by the model's own `*.context_length`), LM Studio's `GET /api/v0/
 (`loaded_context_length`, else `max_context_length`). llama-cpp-python's server says it
 nowhere: its window is learned from the first request it refuses
 (src/model_windows.py). Short timeouts; a server that answers none of these is no error.
+The standard library's client, as for finding a local server (src/services/local_model.py):
+`tgagent chat` asks before its first prompt, and httpx would cost that prompt a tenth of a
+second of imports.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
+import urllib.request
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
-
-import httpx
 
 from src.model_windows import Window
 
@@ -55,53 +59,57 @@ def probe(
     if base_url is None or skips(base_url):
         return None
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        with httpx.Client(timeout=timeout, headers=headers) as client:
-            for ask in (_vllm, _llama_cpp, _ollama, _lmstudio):
-                try:
-                    found = ask(client, base_url, model)
-                except (httpx.HTTPError, ValueError, TypeError, KeyError) as exc:
-                    logger.debug("%s of %s: %s", ask.__name__, base_url, exc)
-                    continue
-                if found is not None and found.tokens > 0:
-                    return found
-    except httpx.HTTPError as exc:  # pragma: no cover - the client itself failed
-        logger.debug("probing %s: %s", base_url, exc)
+
+    def ask(url: str, body: dict[str, Any] | None = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        sent = {**headers, "Content-Type": "application/json"} if data else headers
+        request = urllib.request.Request(url, data=data, headers=sent)
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read())
+
+    for read in (_vllm, _llama_cpp, _ollama, _lmstudio):
+        try:
+            found = read(ask, base_url, model)
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            # refused, timed out, 404, not JSON, not the expected shape
+            logger.debug("%s of %s: %s", read.__name__, base_url, exc)
+            continue
+        if found is not None and found.tokens > 0:
+            return found
     return None
 
 
-def _json(response: httpx.Response) -> Any:
-    response.raise_for_status()
-    return response.json()
+Ask = Callable[..., Any]
+"""GET (or, with a body, POST) a URL of the server and return its JSON."""
 
 
-def _vllm(client: httpx.Client, base_url: str, model: str) -> Window | None:
+def _vllm(ask: Ask, base_url: str, model: str) -> Window | None:
     """vLLM: `max_model_len` on the model's entry of /v1/models."""
-    body = _json(client.get(base_url.rstrip("/") + "/models"))
+    body = ask(base_url.rstrip("/") + "/models")
     for entry in body.get("data") or []:
         if isinstance(entry, dict) and entry.get("id") == model and entry.get("max_model_len"):
             return Window(int(entry["max_model_len"]), "models")
     return None
 
 
-def _llama_cpp(client: httpx.Client, base_url: str, model: str) -> Window | None:
+def _llama_cpp(ask: Ask, base_url: str, model: str) -> Window | None:
     """llama.cpp's server: the slot's `n_ctx` in /props (not the model's `n_ctx_train`)."""
-    body = _json(client.get(server_root(base_url) + "/props"))
+    body = ask(server_root(base_url) + "/props")
     settings = body.get("default_generation_settings") or {}
     n_ctx = settings.get("n_ctx") or body.get("n_ctx")
     return Window(int(n_ctx), "props") if n_ctx else None
 
 
-def _ollama(client: httpx.Client, base_url: str, model: str) -> Window | None:
+def _ollama(ask: Ask, base_url: str, model: str) -> Window | None:
     """Ollama: the loaded model's window (/api/ps), else its `num_ctx` (/api/show), else
     Ollama's default within the model's own context length."""
     root = server_root(base_url)
-    shown = _json(client.post(root + "/api/show", json={"model": model}))
+    shown = ask(root + "/api/show", {"model": model})
     if not isinstance(shown, dict) or "model_info" not in shown:
         return None
     try:
-        running = _json(client.get(root + "/api/ps")).get("models") or []
-    except (httpx.HTTPError, ValueError):
+        running = ask(root + "/api/ps").get("models") or []
+    except (OSError, ValueError):
         running = []
     for entry in running:
         if entry.get("name") == model or entry.get("model") == model:
@@ -115,9 +123,9 @@ def _ollama(client: httpx.Client, base_url: str, model: str) -> Window | None:
     return Window(min([OLLAMA_DEFAULT, *own]), "ollama")
 
 
-def _lmstudio(client: httpx.Client, base_url: str, model: str) -> Window | None:
+def _lmstudio(ask: Ask, base_url: str, model: str) -> Window | None:
     """LM Studio: the loaded model's `loaded_context_length` in /api/v0/models."""
-    body = _json(client.get(server_root(base_url) + "/api/v0/models"))
+    body = ask(server_root(base_url) + "/api/v0/models")
     for entry in body.get("data") or []:
         if not isinstance(entry, dict) or entry.get("id") != model:
             continue
