@@ -177,17 +177,25 @@ class Nodes:
         self._with_tools: dict[tuple[str, tuple[str, ...]], Any] = {}
         # Every request carries the tools' schemas: the context budget leaves room for them.
         self.tool_tokens = count_tools(tools, deps.counter)
+        # The tools that fit a small window, by the tokens their schemas may take.
+        self._fitting: dict[int, list[BaseTool]] = {}
         self.context = TurnContext(deps, self.tool_tokens, self.tool_reserve)
 
     def tool_reserve(self, model: str) -> int:
         """Return what the tools offered to `model` take of a request (see `offered`)."""
-        kept = tools_within(self.own_tools, self.deps.counter, self._tool_budget(model))
+        kept = self._own_within(model)
         if len(kept) == len(self.own_tools):
             return self.tool_tokens  # every tool, the MCP servers' too
         return count_tools(kept, self.deps.counter)
 
-    def _tool_budget(self, model: str) -> int:
-        return tool_budget(self.deps.settings, model)
+    def _own_within(self, model: str) -> list[BaseTool]:
+        """Return our own tools whose schemas fit the window of `model` (all, usually)."""
+        budget = tool_budget(self.deps.settings, model)
+        if budget >= self.tool_tokens:
+            return self.own_tools  # the usual case, without counting again
+        if budget not in self._fitting:
+            self._fitting[budget] = tools_within(self.own_tools, self.deps.counter, budget)
+        return self._fitting[budget]
 
     async def build_context(
         self, state: ConversationState, config: RunnableConfig
@@ -359,8 +367,7 @@ class Nodes:
         """Return the tools this turn's request carries: our own, and the MCP tools the
         turn's author may use (src/graph/mcp/tools.py); on a window too small for all
         their schemas, the first that fit (src/graph/window_fit.py)."""
-        budget = self._tool_budget(model or self.deps.settings.llm_model)
-        own = tools_within(self.own_tools, self.deps.counter, budget)
+        own = self._own_within(model or self.deps.settings.llm_model)
         if len(own) < len(self.own_tools):
             return own
         if self.deps.mcp is None:

@@ -119,3 +119,17 @@ async def test_failures_waiting_cannot_fix_say_their_fix(
     llm.fail_next(1, status=503)
     result = await rt.service.handle_message(Identity(next(OWNERS), "p", "P", "en"), "hello")
     assert not result.ok and "later" in result.reply
+
+
+async def test_a_small_window_offers_the_tools_that_fit(
+    runtime_factory: Any, llm: Any, tmp_path: Path
+) -> None:
+    """2,300 tokens of system prompt and ten tools' schemas do not fit a 2,400 window with
+    a message: the first tools that fit a quarter of it are offered, and the turn fits."""
+    llm.flavour, llm.window = "llama.cpp", 2400
+    rt = await runtime_factory(tgagent_data_dir=tmp_path)
+    result = await rt.service.handle_message(Identity(next(OWNERS), "p", "P", "en"), "hello")
+    assert result.ok, result.reply
+    [request] = chat_requests(llm)
+    assert 0 < len(request["tools"]) < 10
+    assert prompt_tokens(request) < 2400
