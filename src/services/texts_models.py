@@ -6,6 +6,7 @@ from __future__ import annotations
 MODEL_TEXTS: dict[str, dict[str, str]] = {
     "ru": {
         "chat_model_line": "Модель {model} на {url}, окно контекста {window} токенов ({source}).",
+        "chat_window": "Окно контекста {window} токенов ({source}).",
         "window_source_props": "сказал сервер llama.cpp, /props",
         "window_source_models": "сказал сервер vLLM, /v1/models",
         "window_source_ollama": "сказала Ollama, /api/show и /api/ps",
@@ -30,6 +31,7 @@ MODEL_TEXTS: dict[str, dict[str, str]] = {
     },
     "en": {
         "chat_model_line": "Model {model} at {url}, context window {window} tokens ({source}).",
+        "chat_window": "Context window {window} tokens ({source}).",
         "window_source_props": "said by the llama.cpp server, /props",
         "window_source_models": "said by the vLLM server, /v1/models",
         "window_source_ollama": "said by Ollama, /api/show and /api/ps",

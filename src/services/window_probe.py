@@ -27,6 +27,7 @@ from src.model_windows import Window
 
 if TYPE_CHECKING:
     from src.config import Settings
+    from src.services.local_model import LocalServer
 
 logger = logging.getLogger(__name__)
 
@@ -156,18 +157,17 @@ def ask_windows(settings: Settings) -> Window:
     return settings.window(settings.llm_model)
 
 
-def model_line(settings: Settings, window: Window, lang: str | None) -> str:
-    """Return the line `tgagent chat` starts with: the model, its endpoint, its window
-    and where the window came from."""
+def model_line(
+    settings: Settings, window: Window, lang: str | None, found: LocalServer | None = None
+) -> str:
+    """Return the line `tgagent chat` starts with: the model, its endpoint (`found`: the
+    local server it found by itself), its window and where the window came from."""
     from src.services.texts import t
 
     url = settings.openai_base_url or "https://api.openai.com/v1"
     source = t(f"window_source_{window.source}", lang)
-    return t(
-        "chat_model_line",
-        lang,
-        model=settings.llm_model,
-        url=url,
-        window=window.tokens,
-        source=source,
-    )
+    values = {"model": settings.llm_model, "url": url, "window": window.tokens}
+    if found is None:
+        return t("chat_model_line", lang, **values, source=source)
+    line = t("chat_local_model", lang, model=found.model, name=found.name, url=found.base_url)
+    return f"{line} {t('chat_window', lang, window=window.tokens, source=source)}"

@@ -53,7 +53,13 @@ def test_a_server_that_does_not_say_is_no_error(llm: Any, flavour: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("flavour", "stream"),
-    [("llama-cpp-python", True), ("llama-cpp-python", False), ("llama.cpp", True), ("vllm", False)],
+    [
+        ("llama-cpp-python", True),
+        ("llama-cpp-python", False),
+        ("llama.cpp", True),
+        ("vllm", False),
+        ("ollama", True),
+    ],
 )
 async def test_every_turn_is_answered_within_the_window(
     runtime_factory: Any, llm: Any, tmp_path: Path, flavour: str, stream: bool
@@ -82,6 +88,7 @@ async def test_every_turn_is_answered_within_the_window(
         assert refused == list(range(refused[0], refused[0] + len(refused)))
     else:
         assert refused == []  # the server said its window: never refused
+    assert llm.truncated == []  # nor cut silently, as Ollama does
     assert rt.settings.window(CHAT).tokens == window
     assert missing_at_each_request(llm, ledger) == []
     if flavour == "llama-cpp-python":
