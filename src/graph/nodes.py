@@ -36,6 +36,7 @@ from src.graph.tokens import count_messages, count_tools
 from src.graph.turn_context import TurnContext
 from src.graph.window_fit import (
     REPLANS,
+    SAID_BY_SERVER,
     WindowTooSmall,
     learned,
     tool_budget,
@@ -304,6 +305,15 @@ class Nodes:
         context's state update ({} when the first plan fitted)."""
         settings = self.deps.settings
         replanned: dict[str, Any] = {}
+        known = settings.window(name)
+        if known.source in SAID_BY_SERVER and not state.get("messages"):
+            # A window the server said, too small for the prompt and message alone (the
+            # context gave up everything else): said now, not after refusals every turn.
+            tools = [] if capped else self.offered(state, name)
+            need = count_messages(messages, self.deps.counter)
+            need += count_tools(tools, self.deps.counter)
+            if need >= known.planned:
+                raise WindowTooSmall(name, known.tokens, need)
         for attempt in range(REPLANS + 1):
             before = settings.context_limit(name)
             tools = [] if capped else self.offered(state, name)

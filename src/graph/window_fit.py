@@ -29,6 +29,8 @@ REPLANS = 3
 # The tools' schemas take at most this share of a request's input budget: on a small
 # window the first tools that fit are offered, the rest not.
 TOOL_SHARE = 0.25
+# Where a window comes from when its server said it (asked, or in a refusal).
+SAID_BY_SERVER = frozenset({"props", "models", "ollama", "lmstudio", "error"})
 # What the server counted for the refused request (llama-cpp-python, llama.cpp, vLLM).
 _COUNTED = (
     re.compile(r"Requested tokens \((\d+)\)"),

@@ -108,8 +108,10 @@ async def test_a_window_too_small_for_the_system_prompt_is_said_with_its_fix(
     assert not result.ok
     assert "300 tokens" in result.reply and "--n_ctx" in result.reply
     assert "try again" not in result.reply
+    asked = len(chat_requests(llm))
     again = await rt.service.handle_message(who, "hello again")
     assert not again.ok and "300 tokens" in again.reply
+    assert len(chat_requests(llm)) == asked  # known now: said without asking the model again
 
 
 @pytest.mark.parametrize(
