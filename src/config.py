@@ -16,6 +16,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationError,
     field_validator,
@@ -28,6 +29,8 @@ from pydantic_settings import (
     SettingsConfigDict,
     SettingsError,
 )
+
+from src.model_windows import Window, WindowBook
 
 
 def _default_data_dir() -> Path:
@@ -231,6 +234,8 @@ class Settings(BaseSettings):
     # --- devtools web page (issue 20) ---
     web_token: SecretStr | None = None
 
+    _windows: WindowBook | None = PrivateAttr(default=None)
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -356,10 +361,33 @@ class Settings(BaseSettings):
         )
 
     def context_limit(self, model: str) -> int:
-        """Return the context window of `model`: MODEL_CONTEXT_LIMITS, else its limit in
-        MODEL_CHOICES, else the safe default."""
+        """Return the tokens a request to `model` is planned within (see `window`)."""
+        return self.window(model).planned
+
+    def window(self, model: str) -> Window:
+        """Return the context window of `model` and where it came from.
+
+        A limit set in MODEL_CONTEXT_LIMITS or MODEL_CHOICES wins, unless the server
+        refused a request as too long for a smaller window; else what the server said
+        (asked at start, or in a refused request's error); else DEFAULT_CONTEXT_LIMIT.
+        """
+        known = self._windows.get(self.openai_base_url, model) if self._windows else None
         limit = self.model_context_limits.get(model) or self.model_choices.get(model)
-        return limit or self.default_context_limit
+        if limit:
+            if known is not None and known.source == "error" and known.planned < limit:
+                return known
+            return Window(limit, "setting")
+        return known or Window(self.default_context_limit, "default")
+
+    @property
+    def windows(self) -> WindowBook | None:
+        """The windows the model servers told (None: none asked; the settings' limits)."""
+        return self._windows
+
+    def use_windows(self, book: WindowBook) -> None:
+        """Plan requests within the windows of `book` (and its copies' too: a copy of
+        these settings shares it)."""
+        self._windows = book
 
     @property
     def choices(self) -> list[str]:

@@ -245,19 +245,20 @@ async def find_model(settings: Settings, lang: str) -> Settings | None:
     """
     from src.config import model_configured
     from src.services import local_model
+    from src.services.window_probe import ask_windows, model_line
 
-    if model_configured(settings):
-        return settings
-    found = await asyncio.to_thread(local_model.discover, settings.llm_model)
-    if found is None:
-        where = ", ".join(url for _, url in local_model.candidates()) or "-"
-        print(t("chat_no_model", lang, where=where), file=sys.stderr)  # noqa: T201
-        return None
-    print(  # noqa: T201
-        t("chat_local_model", lang, model=found.model, name=found.name, url=found.base_url),
-        file=sys.stderr,
-    )
-    return settings.model_copy(update={"openai_base_url": found.base_url, "llm_model": found.model})
+    found = None
+    if not model_configured(settings):
+        found = await asyncio.to_thread(local_model.discover, settings.llm_model)
+        if found is None:
+            where = ", ".join(url for _, url in local_model.candidates()) or "-"
+            print(t("chat_no_model", lang, where=where), file=sys.stderr)  # noqa: T201
+            return None
+        update = {"openai_base_url": found.base_url, "llm_model": found.model}
+        settings = settings.model_copy(update=update)
+    window = await asyncio.to_thread(ask_windows, settings)
+    print(model_line(settings, window, lang, found), file=sys.stderr)  # noqa: T201
+    return settings
 
 
 async def run_chat(args: argparse.Namespace, settings: Settings) -> int:

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import openai
 import psycopg
@@ -34,6 +34,16 @@ from src.graph.model_calls import OverBudget
 from src.graph.output_caps import was_cut
 from src.graph.tokens import count_messages, count_tools, message_text
 from src.graph.turn_context import TurnContext
+from src.graph.window_fit import (
+    REPLANS,
+    SAID_BY_SERVER,
+    WindowTooSmall,
+    learned,
+    tool_budget,
+    tools_within,
+)
+from src.model_windows import EMPTY_STREAM
+from src.model_windows import is_overflow as is_overflow_error
 from src.storage.base import clean_json
 from src.storage.delivery_repo import Delivery
 
@@ -65,6 +75,16 @@ async def _answered(config: RunnableConfig, values: dict[str, Any]) -> dict[str,
 
 class ModelFailure(RuntimeError):
     """The chat model failed or answered with nothing usable."""
+
+
+class TooSmall(ModelFailure):
+    """The model's window cannot hold even the system prompt and the message: waiting
+    will not help (the server needs a larger window, or the message must be shorter)."""
+
+    def __init__(self, text: str, cause: WindowTooSmall) -> None:
+        super().__init__(text)
+        self.window = cause.window
+        self.need = cause.need
 
 
 class EmptyAnswer(ModelFailure):
@@ -158,7 +178,25 @@ class Nodes:
         self._with_tools: dict[tuple[str, tuple[str, ...]], Any] = {}
         # Every request carries the tools' schemas: the context budget leaves room for them.
         self.tool_tokens = count_tools(tools, deps.counter)
-        self.context = TurnContext(deps, self.tool_tokens)
+        # The tools that fit a small window, by the tokens their schemas may take.
+        self._fitting: dict[int, list[BaseTool]] = {}
+        self.context = TurnContext(deps, self.tool_tokens, self.tool_reserve)
+
+    def tool_reserve(self, model: str) -> int:
+        """Return what the tools offered to `model` take of a request (see `offered`)."""
+        kept = self._own_within(model)
+        if len(kept) == len(self.own_tools):
+            return self.tool_tokens  # every tool, the MCP servers' too
+        return count_tools(kept, self.deps.counter)
+
+    def _own_within(self, model: str) -> list[BaseTool]:
+        """Return our own tools whose schemas fit the window of `model` (all, usually)."""
+        budget = tool_budget(self.deps.settings, model)
+        if budget >= self.tool_tokens:
+            return self.own_tools  # the usual case, without counting again
+        if budget not in self._fitting:
+            self._fitting[budget] = tools_within(self.own_tools, self.deps.counter, budget)
+        return self._fitting[budget]
 
     async def build_context(
         self, state: ConversationState, config: RunnableConfig
@@ -199,9 +237,11 @@ class Nodes:
         name = self._model_name(state, config)
         taken: dict[str, Any] = {}
         try:
-            answer = await self._call(name, capped, messages, state, config)
+            answer, taken = await self._fitted(name, capped, messages, state, config)
         except OverBudget:
             raise  # the turn ends with the budget's sentence, not a model failure
+        except WindowTooSmall as exc:
+            raise TooSmall(str(exc), exc) from exc
         except Exception as exc:
             fallback = self.deps.settings.fallback_model
             if not (fallback and fallback != name and isinstance(exc, TRANSIENT)):
@@ -248,16 +288,65 @@ class Nodes:
             # The endpoint reported none (llama.cpp's servers in a stream): an estimate,
             # marked as such, rather than a call that cost nothing.
             counter = self.deps.counter
-            sent = count_messages(messages, counter) + (0 if capped else self.tool_tokens)
+            sent = count_messages(messages, counter) + (0 if capped else self.tool_reserve(name))
             usage["input"] = usage.get("input", 0) + sent
             usage["output"] = usage.get("output", 0) + counter.count(message_text(answer))
             usage["estimated"] = True
         return {
+            **taken,
             "messages": [answer],
             "tool_rounds": rounds + (1 if answer.tool_calls else 0),
             "usage": usage,
-            **taken,
         }
+
+    async def _fitted(
+        self,
+        name: str,
+        capped: bool,
+        messages: list[BaseMessage],
+        state: ConversationState,
+        config: RunnableConfig,
+    ) -> tuple[Any, dict[str, Any]]:
+        """Call the model; when its server refuses the request as too long for its
+        window, plan the turn's context again within the window it taught
+        (src/graph/window_fit.py) and call again. Return the answer and the new
+        context's state update ({} when the first plan fitted)."""
+        settings = self.deps.settings
+        replanned: dict[str, Any] = {}
+        known = settings.window(name)
+        if known.source in SAID_BY_SERVER and not state.get("messages"):
+            # A window the server said, too small for the prompt and message alone (the
+            # context gave up everything else): said now, not after refusals every turn.
+            tools = [] if capped else self.offered(state, name)
+            need = count_messages(messages, self.deps.counter)
+            need += count_tools(tools, self.deps.counter)
+            if need >= known.planned:
+                raise WindowTooSmall(name, known.tokens, need)
+        for attempt in range(REPLANS + 1):
+            before = settings.context_limit(name)
+            tools = [] if capped else self.offered(state, name)
+            try:
+                return await self._call(name, capped, messages, state, config), replanned
+            except Exception as exc:
+                counter = self.deps.counter
+                again = await learned(settings, name, before, exc, messages, tools, counter)
+                if is_overflow_error(exc) and attempt and (not again or attempt == REPLANS):
+                    # Planned within the window and refused still: the prompt and the
+                    # message alone are too long for it.
+                    need = count_messages([messages[0], messages[-1]], counter)
+                    need += count_tools(tools, counter)
+                    window = settings.window(name).tokens
+                    raise WindowTooSmall(name, window, need) from exc
+                if not again:
+                    raise
+            if is_live(config):
+                get_stream_writer()({"tools": []})  # what it wrote is not the answer
+            update = await self.context.node(cast(ConversationState, dict(state)), name)
+            replanned = {k: v for k, v in update.items() if k not in ("messages", "tool_rounds")}
+            messages = with_images([*replanned["context"], *state["messages"]], config)
+            if capped:
+                messages.append(HumanMessage(prompts.CAP_REACHED_NOTE))
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _model_name(self, state: ConversationState, config: RunnableConfig) -> str:
         """Return the model of this call: a replay's choice (`configurable.model`), else
@@ -279,7 +368,7 @@ class Nodes:
         base URL is due now (src/graph/memory/folds.py)."""
         chat = self.deps.chat_model_named(name)
         model: Any = chat
-        tools = self.offered(state)
+        tools = self.offered(state, name)
         if not capped and tools:
             key = (name, tuple(t.name for t in tools))
             if key not in self._with_tools:
@@ -292,9 +381,13 @@ class Nodes:
         self.deps.endpoint_answered(chat)
         return answer
 
-    def offered(self, state: ConversationState) -> list[BaseTool]:
+    def offered(self, state: ConversationState, model: str | None = None) -> list[BaseTool]:
         """Return the tools this turn's request carries: our own, and the MCP tools the
-        turn's author may use (src/graph/mcp/tools.py)."""
+        turn's author may use (src/graph/mcp/tools.py); on a window too small for all
+        their schemas, the first that fit (src/graph/window_fit.py)."""
+        own = self._own_within(model or self.deps.settings.llm_model)
+        if len(own) < len(self.own_tools):
+            return own
         if self.deps.mcp is None:
             return self.tools
         return [*self.own_tools, *self.deps.mcp.allowed(state)]
@@ -314,6 +407,9 @@ class Nodes:
                     whole = chunk if whole is None else whole + chunk
                     if chunk.text:
                         write({"text": chunk.text})
+            except ValueError as exc:
+                if EMPTY_STREAM not in str(exc) or whole is not None:
+                    raise
             finally:
                 with contextlib.suppress(Exception):
                     await chunks.aclose()
@@ -323,7 +419,13 @@ class Nodes:
             logger.info("turn of %s stopped by the user", state["user_id"])
             return AIMessage(text, response_metadata={"interrupted": True})
         if whole is None:
-            raise ModelFailure("model stream ended without a message")
+            # A 200 with no chunk at all: llama-cpp-python's server answers a streamed
+            # request too long for its window so. Asked again whole, it says why.
+            logger.warning("the model's stream for %s was empty: asking again", state["user_id"])
+            answer = await model.ainvoke(messages)
+            if not isinstance(answer, AIMessage):
+                raise ModelFailure("model stream ended without a message")
+            return answer
         answer = message_chunk_to_message(whole)
         assert isinstance(answer, AIMessage)
         return answer

@@ -14,6 +14,7 @@ import contextlib
 import functools
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,10 +81,15 @@ def with_ids(messages: list[BaseMessage]) -> list[BaseMessage]:
 class TurnContext:
     """The build_context node, bound to the graph's dependencies."""
 
-    def __init__(self, deps: GraphDeps, tool_tokens: int) -> None:
+    def __init__(
+        self, deps: GraphDeps, tool_tokens: int, reserve: Callable[[str], int] | None = None
+    ) -> None:
         self.deps = deps
         self.tool_tokens = tool_tokens
         """What the tools' schemas take of every request's input budget."""
+        self.reserve = reserve or (lambda model: tool_tokens)
+        """What the tools offered to a model take of its requests' input budget (fewer
+        tools on a small window: src/graph/window_fit.py)."""
 
     async def node(self, state: ConversationState, model: str) -> dict[str, Any]:
         """build_context: read the turn's memory in one round trip and assemble the
@@ -155,7 +161,7 @@ class TurnContext:
         rows.sort(key=lambda r: (r["created_at"], r["id"]))
         this = next((r for r in rows if r["id"] == current), None)
         rows = [r for r in rows if r["id"] != current]
-        limits = summary_limits(settings, self.tool_tokens, model)
+        limits = summary_limits(settings, self.reserve(model), model)
         rule = window_rule(settings, size, limits)
         history, lagging, hidden = carried(rows, rule)
         if lagging and not notice:
@@ -176,7 +182,7 @@ class TurnContext:
             notice=notice,
         )
         messages, snapshot, tokens = assemble_context(
-            values, settings, deps.counter, reserve=self.tool_tokens
+            values, settings, deps.counter, reserve=self.reserve(model)
         )
         shown = {e["id"] for e in snapshot}
         left_out = [r for r in history if not r["summarized"] and r["id"] not in shown]
@@ -228,7 +234,7 @@ class TurnContext:
                 task = deps.runs.start(
                     key,
                     lambda: fold_before(
-                        deps, state["user_id"], conversation_id, before, model, self.tool_tokens
+                        deps, state["user_id"], conversation_id, before, model, self.reserve(model)
                     ),
                 )
             try:

@@ -18,9 +18,10 @@ from psycopg_pool import PoolTimeout
 from src.graph.conversation_state import turn_input
 from src.graph.deps import GraphDeps
 from src.graph.memory.epoch import begin
+from src.graph.memory.errors import status_of
 from src.graph.memory.fact_members import AUTHOR
 from src.graph.model_calls import OverBudget, turn_metadata
-from src.graph.nodes import EmptyAnswer, ModelFailure
+from src.graph.nodes import EmptyAnswer, ModelFailure, TooSmall
 from src.graph.timestamps import own_zone, owner_zone, stamp
 from src.services.embedding_worker import EmbeddingWorker
 from src.services.media import MediaTurn
@@ -48,6 +49,21 @@ __all__ = [
 ]
 
 DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
+
+
+def failure_text(exc: ModelFailure, model: str, language_code: str | None) -> str:
+    """Return what a turn says when its model failed: the fix for a failure waiting will
+    not mend (a window too small, an unknown model, a refused key), else "try later"."""
+    if isinstance(exc, EmptyAnswer):
+        return t("model_answered_nothing", language_code)
+    if isinstance(exc, TooSmall):
+        return t("window_too_small", language_code, window=exc.window, need=exc.need)
+    status = status_of(exc.__cause__) if exc.__cause__ is not None else None
+    if status == 404:
+        return t("model_not_found", language_code, model=model)
+    if status in (401, 403):
+        return t("model_auth_refused", language_code, status=status)
+    return t("model_error", language_code)
 
 
 class AgentService(MemoryCommands):
@@ -333,10 +349,8 @@ class AgentService(MemoryCommands):
         except ModelFailure as exc:
             logger.warning("model failure in a turn of %s: %s", identity.owner_id, exc)
             if not result.done():
-                key = "model_answered_nothing" if isinstance(exc, EmptyAnswer) else "model_error"
-                result.set_result(
-                    TurnResult(t(key, lang), ok=False, conversation_id=str(conversation_id))
-                )
+                text = failure_text(exc, model, lang)
+                result.set_result(TurnResult(text, ok=False, conversation_id=str(conversation_id)))
             return
         finally:
             if stream is not None and deps.stops.get(identity.owner_id) is stream.stop:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from dataclasses import dataclass
 from functools import partial
@@ -120,6 +121,12 @@ async def build_runtime(
     if pool is None:
         pool = await open_pool_from_settings(settings)
     try:
+        if settings.windows is None and model_configured(settings):
+            from src.services.window_probe import ask_windows
+
+            # The models' windows, asked of their server (or remembered) before the
+            # models are made: each learns its window from a refusal into the same book.
+            await asyncio.to_thread(ask_windows, settings)
         await migrate(pool)
         checkpointer = PooledPostgresSaver(pool)
         await checkpointer.setup()

@@ -14,6 +14,7 @@ from langchain_openai import ChatOpenAI
 from pydantic import Field, SecretStr
 
 from src.config import ConfigError, Settings, model_configured
+from src.model_windows import WindowBook, is_overflow, window_of_error
 
 # Request fields handed to the OpenAI client as they are (see CompatibleChatOpenAI).
 READY_FIELDS = ("messages", "tools")
@@ -109,6 +110,26 @@ def _plain(message: BaseMessage) -> bool:
     )
 
 
+class WindowLearner(BaseCallbackHandler):
+    """Learn a model's window from the first request its server refuses as too long for
+    it (every call of the model: replies and memory work), into the settings' book."""
+
+    run_inline = True  # the book knows it before the caller sees the error
+
+    def __init__(self, book: WindowBook, base_url: str | None, model: str) -> None:
+        self.book = book
+        self.base_url = base_url
+        self.model = model
+
+    def on_llm_error(self, error: BaseException, **kwargs: Any) -> None:
+        if not is_overflow(error):
+            return
+        said = window_of_error(error)
+        if said is None:
+            return  # the caller looks closer (src/graph/window_fit.py)
+        self.book.learn(self.base_url, self.model, said)
+
+
 def make_chat_model(
     settings: Settings,
     model: str | None = None,
@@ -129,8 +150,12 @@ def make_chat_model(
         )
     # Local servers (Ollama, llama.cpp) need no key, but the client insists on one.
     key = settings.openai_api_key or SecretStr("not-needed")
+    model = model or settings.llm_model
+    if settings.windows is not None:
+        learner = WindowLearner(settings.windows, settings.openai_base_url, model)
+        callbacks = [*(callbacks or []), learner]
     return CompatibleChatOpenAI(
-        model=model or settings.llm_model,
+        model=model,
         api_key=key,
         base_url=settings.openai_base_url,
         timeout=settings.llm_timeout,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from src.graph.lang import lang_of
 from src.services.texts_export import EXPORT_TEXTS
 from src.services.texts_members import MEMBER_TEXTS
+from src.services.texts_models import MODEL_TEXTS
 from src.services.texts_tasks import TASK_TEXTS
 from src.services.texts_tools import TOOL_TEXTS
 
@@ -453,6 +454,10 @@ for _lang, _texts in EXPORT_TEXTS.items():
 
 
 for _lang, _texts in TOOL_TEXTS.items():
+    TEXTS[_lang].update(_texts)
+
+
+for _lang, _texts in MODEL_TEXTS.items():
     TEXTS[_lang].update(_texts)
 
 

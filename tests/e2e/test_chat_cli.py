@@ -112,6 +112,7 @@ async def test_chat_finds_a_local_server_and_says_which_model(
     assert "/new — начать новый разговор" in out.stdout  # --lang follows LANG
     assert "qwen2.5:7b" in out.stderr and llm.base_url in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "Окно контекста 16000 токенов (сервер не сказал" in out.stderr  # and its window
     assert [r["model"] for r in llm.requests] == ["qwen2.5:7b"]
 
 

@@ -160,6 +160,10 @@ recorded), like a local server without speech-to-text.
 `delay`. Every request is recorded in `transcriptions` as {"model", "file_name", "size",
 "language", "response_format", "prompt", "temperature", "status"}.
 
+Local model servers: `flavour` ("openai", "llama.cpp", "llama-cpp-python", "vllm" or
+"ollama") and `window` (tokens) play where such a server says its context window and how it
+refuses a request too long for it; see tests/fakes/openai_windows.py.
+
 Standalone use: `python -m tests.fakes.openai_server --port 0 --reply "text"` prints
 `READY <base_url>` and serves until interrupted.
 """
@@ -196,6 +200,13 @@ from tests.fakes.audio import (
     transcription_problem,
 )
 from tests.fakes.openai_vision import read_images
+from tests.fakes.openai_windows import (
+    FLAVOURS,
+    add_routes,
+    empty_stream,
+    overflow,
+    prompt_tokens,
+)
 
 FAULT_KINDS = ("status", "close", "malformed")
 FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter")
@@ -446,6 +457,9 @@ class FakeOpenAI(BackgroundAiohttpServer):
         self.transcriptions_supported = True
         self.transcriptions: list[dict[str, Any]] = []
         self.images_seen: list[dict[str, Any]] = []
+        self.flavour = "openai"
+        self.window: int | None = None
+        self.truncated: list[int] = []
         self._vision_models: set[str] | None = None
         self._transcripts: deque[str] = deque()
         self._transcription_faults: deque[tuple[Any, ...]] = deque()
@@ -629,6 +643,9 @@ class FakeOpenAI(BackgroundAiohttpServer):
             self.transcription_max_bytes = MAX_TRANSCRIPTION_BYTES
             self.transcriptions_supported = True
             self._vision_models = None
+            self.flavour = "openai"
+            self.window = None
+            self.truncated = []
 
     def _build_app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
@@ -637,10 +654,13 @@ class FakeOpenAI(BackgroundAiohttpServer):
             app.router.add_post(prefix + "/embeddings", self._embeddings)
             app.router.add_post(prefix + "/audio/transcriptions", self._transcriptions)
             app.router.add_get(prefix + "/models", self._models)
+        add_routes(app, self)
         return app
 
     async def _models(self, request: web.Request) -> web.Response:
         data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in self.models]
+        if self.flavour == "vllm" and self.window:
+            data = [{**entry, "max_model_len": self.window} for entry in data]
         return web.json_response({"object": "list", "data": data})
 
     def _admit(
@@ -677,6 +697,15 @@ class FakeOpenAI(BackgroundAiohttpServer):
             if refusal is not None:
                 return key, ("invalid", *refusal), 0.0, self.default_reply
             self.images_seen.extend(images)
+            if self.flavour not in FLAVOURS:
+                raise ValueError(f"flavour must be one of {FLAVOURS}, got {self.flavour!r}")
+            refused = overflow(self.flavour, self.window, body)
+            if refused is not None:
+                return key, refused, 0.0, self.default_reply
+            if self.flavour == "ollama" and self.window:
+                tokens = prompt_tokens(body)
+                if tokens > self.window:
+                    self.truncated.append(tokens)
             delay = self._delays.popleft() if self._delays else self.delay
             fault = self._faults.popleft() if self._faults else None
             reply: Reply = self.default_reply
@@ -845,6 +874,8 @@ class FakeOpenAI(BackgroundAiohttpServer):
             if isinstance(payload, str):
                 return web.Response(status=status, text=payload, content_type="application/json")
             return web.json_response(payload, status=status)
+        if kind == "empty_stream":
+            return await empty_stream(request)
         if kind == "malformed":
             broken = '{"id": "chatcmpl-broken", "choices": [{'
             return web.Response(text=broken, status=200, content_type="application/json")
