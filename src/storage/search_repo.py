@@ -151,7 +151,7 @@ class SearchRepository(Repository):
             cur = await c.execute(HITS, {"ids": best, "user": telegram_user_id})
             hits = {r["id"]: r for r in await cur.fetchall()}
         rows = [hits[i] for i in best if i in hits]
-        return Found(rerank(query, rows, dict(scored))[:limit])
+        return Found(rerank(query, rows)[:limit])
 
     async def rankings(
         self,

@@ -105,15 +105,25 @@ def test_earlier_askings_of_the_same_question() -> None:
         query, "[Текущее время: 2026-03-01 10:00] Remind me, what is Tom's new pet called?"
     )
     assert is_echo(query, "what's the name of Tom's new pet called again?")
-    # An answer is no question; a question about something else is no asking again.
+    # An answer is no question; a question about something else is no asking again, nor
+    # is a friend's question that shares the query's subject.
     assert not is_echo(query, "Tom: we brought home a new puppy called Biscuit")
     assert not is_echo(query, "Tom: what should I cook for the new neighbours on Friday?")
+    assert not is_echo(
+        "When did Caroline go to the LGBTQ support group?",
+        "Melanie: Did you get to the LGBTQ support group yesterday?",
+    )
+
+
+def test_only_known_noise_is_set_aside_never_a_question_for_being_one() -> None:
+    query = "What is Tom's new pet called?"
     rows = [
         {"id": 1, "role": "user", "content": "Remind me, what is Tom's new pet called?"},
-        {"id": 2, "role": "user", "content": "Maya: did Tom get a pet in the end?"},
+        {"id": 2, "role": "user", "content": "Maya: did Tom call the new puppy Biscuit?"},
+        {"id": 5, "role": "user", "content": "Which pet did Tom get?", "searched": True},
         {"id": 3, "role": "user", "content": "Tom: a puppy, Biscuit!"},
         {"id": 4, "role": "assistant", "content": "What is Tom's new pet called? Biscuit."},
     ]
-    scores = {1: 0.5, 2: 0.4, 3: 0.3, 4: 0.1}
-    # The earlier asking goes last; another question keeps a third of its score.
-    assert [r["id"] for r in rerank(query, rows, scores)] == [3, 2, 4, 1]
+    # The earlier asking of the query and the user's question that had the bot search
+    # go last, in their order; a friend's question that tells the answer keeps its place.
+    assert [r["id"] for r in rerank(query, rows)] == [2, 3, 4, 1, 5]
