@@ -84,6 +84,7 @@ from src.storage.search_ranking import (
     SemanticQuery,
     embedding_text,
     fuse_scores,
+    held,
     rerank,
 )
 from src.storage.search_repo import SearchRepository
@@ -114,6 +115,8 @@ STEMMERS = {"ru": "russian", "en": "english"}
 SWEEP_WEIGHTS = (0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
 SWEEP_KS = (10, 30, 60, 100)
 SWEEP_DATED = (1.0, 2.0, 4.0)
+# The lexical ranking's first hits held among the first ten (LEXICAL_FLOOR).
+SWEEP_FLOORS = (0, 2, 3)
 EMBED_BATCH = 64
 
 # The product's default (Settings.search_semantic_weight): --weight tries another.
@@ -553,8 +556,8 @@ def sweep(
     constant, semantic weight and weight of a named date's range, on the same rankings;
     best recall@10 first."""
     out = []
-    grid = itertools.product(SWEEP_KS, SWEEP_WEIGHTS, SWEEP_DATED)
-    for rrf_k, weight, dated in grid:
+    grid = itertools.product(SWEEP_KS, SWEEP_WEIGHTS, SWEEP_DATED, SWEEP_FLOORS)
+    for rrf_k, weight, dated, floor in grid:
         ranks = []
         for q in dataset.questions:
             conv = dataset.conversation(q.conversation)
@@ -562,10 +565,13 @@ def sweep(
             found = product.saved.get((conv.owner, q.text))
             scored = fuse_scores(found.weighted(weight, dated), rrf_k) if found else []
             hits = [rows[m] for m, _s in scored[:RERANK_DEPTH] if m in rows]
-            best = [r["id"] for r in rerank(q.text, hits)][:K]
+            arm = fuse_scores(found.lexical_arm().weighted(0), rrf_k) if found else []
+            lexical = [m for m, _s in arm][: 2 * floor + 4]
+            hits += [rows[m] for m in lexical if m in rows and rows[m] not in hits]
+            best = [r["id"] for r in held(q.text, rerank(q.text, hits), lexical, K, floor)]
             ranks.append(next((i for i, m in enumerate(best, 1) if m in answers), None))
         n = len(ranks)
-        row: dict[str, Any] = {"rrf_k": rrf_k, "weight": weight, "dated": dated}
+        row: dict[str, Any] = {"rrf_k": rrf_k, "weight": weight, "dated": dated, "floor": floor}
         for cut in CUTS:
             row[f"recall@{cut}"] = round(sum(1 for x in ranks if x and x <= cut) / n, 4)
         row["mrr"] = round(sum(1 / x for x in ranks if x) / n, 4)
@@ -925,14 +931,15 @@ def render(result: dict[str, Any]) -> str:
         lines += [
             "",
             "Fusion sweep (same rankings), the best 15 of "
-            f"{len(sweep)}: RRF k, semantic weight, dated range's weight",
+            f"{len(sweep)}: RRF k, semantic weight, dated range's weight, lexical floor",
         ]
         lines.append(
-            f"  {'k':>4} {'weight':>6} {'dated':>6} {'R@1':>6} {'R@5':>6} {'R@10':>6} {'MRR':>6}"
+            f"  {'k':>4} {'weight':>6} {'dated':>6} {'floor':>5} {'R@1':>6} {'R@5':>6} "
+            f"{'R@10':>6} {'MRR':>6}"
         )
         for r in sweep[:15]:
             lines.append(
-                f"  {r['rrf_k']:>4} {r['weight']:>6.2f} {r['dated']:>6.2f} "
+                f"  {r['rrf_k']:>4} {r['weight']:>6.2f} {r['dated']:>6.2f} {r['floor']:>5} "
                 f"{r['recall@1']:>6.3f} {r['recall@5']:>6.3f} {r['recall@10']:>6.3f} "
                 f"{r['mrr']:>6.3f}"
             )

@@ -40,6 +40,11 @@ DATED_WEIGHT = 2.0
 ECHO_SHARE = 0.6
 # How many fused hits are read and reranked: the answers the questions pushed down.
 RERANK_DEPTH = 100
+# The lexical ranking's first hits that the first ten results always hold (fewer for a
+# smaller limit: see `held`): a turn that says the query's rare words outright is not
+# lost to the semantic ranking's near misses, so the search never finds less than its
+# lexical arm's best (bench recall, every set).
+LEXICAL_FLOOR = 3
 _WORDS = re.compile(r"\w+")
 
 
@@ -112,6 +117,11 @@ class Rankings:
     dated: Rankings | None = None
     """The rankings within the range of a date the query names ("last Tuesday")."""
 
+    def lexical_arm(self) -> Rankings:
+        """Return the lexical rankings alone (what the search gives without embeddings)."""
+        dated = self.dated.lexical_arm() if self.dated is not None else None
+        return Rankings(self.lexical, None, dated)
+
     def weighted(
         self, semantic_weight: float, dated_weight: float = DATED_WEIGHT
     ) -> list[tuple[list[int], float]]:
@@ -167,3 +177,24 @@ def is_noise(query: str, row: dict[str, Any]) -> bool:
 def rerank(query: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Return the fused hits in their order, known noise (`is_noise`) after the others."""
     return sorted(rows, key=lambda r: is_noise(query, r))
+
+
+def held(
+    query: str,
+    rows: list[dict[str, Any]],
+    lexical: list[int],
+    limit: int,
+    floor: int = LEXICAL_FLOOR,
+) -> list[dict[str, Any]]:
+    """Return the first `limit` of the reranked `rows`, holding the lexical ranking's
+    first `floor` hits (not noise; `limit // 3` of them at most) among them: those missing
+    take the last places, in the lexical ranking's order."""
+    floor = min(floor, limit // 3)
+    by_id = {r["id"]: r for r in rows}
+    wanted = [by_id[m] for m in lexical if m in by_id and not is_noise(query, by_id[m])]
+    top = rows[:limit]
+    missing = [r for r in wanted[:floor] if r not in top]
+    if not missing:
+        return top
+    kept = [r for r in top if r not in missing][: limit - len(missing)]
+    return kept + missing

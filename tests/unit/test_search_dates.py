@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from src.storage.search_dates import date_range, without_filler
-from src.storage.search_ranking import is_echo, rerank
+from src.storage.search_ranking import held, is_echo, rerank
 
 ZONE = ZoneInfo("Europe/Moscow")
 # A Friday evening.
@@ -127,3 +127,18 @@ def test_only_known_noise_is_set_aside_never_a_question_for_being_one() -> None:
     # The earlier asking of the query and the user's question that had the bot search
     # go last, in their order; a friend's question that tells the answer keeps its place.
     assert [r["id"] for r in rerank(query, rows)] == [2, 3, 4, 1, 5]
+
+
+def test_the_lexical_rankings_first_hits_are_held_among_the_results() -> None:
+    query = "Where is Marco staying in Lisbon?"
+    rows = [{"id": n, "role": "user", "content": f"turn {n}"} for n in range(1, 21)]
+    rows.append({"id": 30, "role": "user", "content": "Lisbon?", "searched": True})
+    # The fusion put the lexical ranking's second and third hits past the first ten.
+    lexical = [30, 4, 15, 18, 2]
+    found = [r["id"] for r in held(query, rows, lexical, 10)]
+    # The user's own search is noise, never held; of the rest the first three are in
+    # the ten, in the last places, and the fused order stays otherwise.
+    assert found == [1, 2, 3, 4, 5, 6, 7, 8, 15, 18]
+    # A smaller limit holds fewer (a third of it).
+    assert [r["id"] for r in held(query, rows, lexical, 3)] == [1, 2, 4]
+    assert [r["id"] for r in held(query, rows, lexical, 6)] == [1, 2, 3, 4, 5, 15]
