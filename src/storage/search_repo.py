@@ -25,6 +25,7 @@ from src.storage.search_dates import DateRange, date_range, without_filler
 from src.storage.search_day import Found, Span, messages_in_range
 from src.storage.search_ranking import (
     FUSE_DEPTH,
+    LEXICAL_FLOOR,
     LONG_QUERY_WORDS,
     MAX_QUERY_WORDS,
     RERANK_DEPTH,
@@ -34,6 +35,7 @@ from src.storage.search_ranking import (
     cosine_ranking,
     embedding_text,
     fuse_scores,
+    held,
     rerank,
     start_embedding,
 )
@@ -147,11 +149,17 @@ class SearchRepository(Repository):
         if not scored:
             return Found([])
         best = [message_id for message_id, _score in scored]
+        # The lexical arm's first hits, which `held` keeps among the results (past known
+        # noise, so a few more); those the fusion put past RERANK_DEPTH are read too.
+        arm = fuse_scores(found.lexical_arm().weighted(0))
+        lexical = [m for m, _s in arm][: 2 * LEXICAL_FLOOR + 4]
+        best += [m for m in lexical if m not in best]
         async with self.pool.connection() as c:
             cur = await c.execute(HITS, {"ids": best, "user": telegram_user_id})
             hits = {r["id"]: r for r in await cur.fetchall()}
         rows = [hits[i] for i in best if i in hits]
-        return Found(rerank(query, rows, dict(scored))[:limit])
+        # The lexical arm's best are held among the results (`held`), past known noise.
+        return Found(held(query, rerank(query, rows), lexical, limit))
 
     async def rankings(
         self,

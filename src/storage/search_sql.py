@@ -82,11 +82,28 @@ LATERAL (
 ) c
 """
 COMMON_SCAN = 20000
+# Whether a user's message made the bot search the history: a search_history call among
+# the assistant's messages of its turn (before the next user message; the tool calls are
+# in meta, src/graph/nodes.py). Such a message is the user asking about the history, not
+# what the history holds. Reads a few rows of the conversation's (conversation_id,
+# number) index.
+SEARCHED = """
+(m.role = 'user' AND EXISTS (
+    SELECT 1 FROM messages t
+    WHERE t.conversation_id = m.conversation_id
+      AND t.number > m.number AND t.number <= m.number + 12
+      AND t.role = 'assistant' AND t.meta -> 'tool_calls' @> '[{"name": "search_history"}]'
+      AND NOT EXISTS (
+          SELECT 1 FROM messages u
+          WHERE u.conversation_id = m.conversation_id AND u.role = 'user'
+            AND u.number > m.number AND u.number < t.number
+      )
+))"""
 # The hits themselves, each with the next user or assistant message of its conversation
 # (a question's answer is often the next message).
-HITS = """
+HITS = f"""
 SELECT m.id, m.conversation_id, m.number, m.role, m.content, m.created_at,
-       m.squashed_at IS NOT NULL AS squashed,
+       m.squashed_at IS NOT NULL AS squashed, {SEARCHED} AS searched,
        nb.role AS next_role, nb.number AS next_number, nb.content AS next_content
 FROM messages m
 LEFT JOIN LATERAL (

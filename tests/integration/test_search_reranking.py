@@ -102,3 +102,29 @@ async def test_the_tool_reads_a_date_relative_to_the_turn(runtime_factory: Any, 
     await rt.service.handle_message(user, "what did I cook yesterday?")
     results = [m["content"] for m in llm.last_request()["messages"] if m["role"] == "tool"]
     assert "mushroom risotto" in results[0]
+
+
+async def test_a_question_that_tells_is_found_and_the_users_own_search_goes_last(
+    runtime_factory: Any, llm: Any
+) -> None:
+    rt = await runtime_factory()
+    user = Identity(7_150_003, "anna", "Anna", "en")
+    for text in (
+        "Maya: did you get to the climbing gym with Tom on Sunday?",
+        "Tom: yes, bouldering all afternoon",
+    ):
+        llm.script("ok")
+        await rt.service.handle_message(user, text)
+    # The user asks the bot about the chat: the turn searches the history (stored with
+    # its tool call), and that message is the user asking, not what the chat holds.
+    calls = [{"name": "search_history", "args": {"query": "Tom climbing Sunday"}}]
+    llm.script({"tool_calls": calls}, "Tom went bouldering.")
+    await rt.service.handle_message(user, "Remind me about Tom climbing on Sunday")
+    found = await rt.deps.search.search_messages(
+        user.owner_id, "Where did Tom go climbing on Sunday?"
+    )
+    texts = [r["content"] for r in found]
+    # The friend's question holds the answer and is first, a question or not; the user's
+    # own search, though it matches as many words, comes after every other hit.
+    assert "Maya: did you get to the climbing gym" in texts[0]
+    assert "Remind me about Tom climbing" in texts[-1]

@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from src.storage.search_dates import date_range, without_filler
-from src.storage.search_ranking import is_echo, rerank
+from src.storage.search_ranking import held, is_echo, rerank
 
 ZONE = ZoneInfo("Europe/Moscow")
 # A Friday evening.
@@ -35,6 +35,27 @@ NOW = datetime(2026, 3, 13, 20, 0, tzinfo=ZONE)
         ("last week", date(2026, 3, 2), date(2026, 3, 8), ""),
         ("last month", date(2026, 2, 1), date(2026, 2, 28), ""),
         ("trip in March", date(2026, 3, 1), date(2026, 3, 13), "trip"),
+        # A date named with its year: the day, a day either side; a month of a year whole.
+        (
+            "What painting did Mel show on October 13, 2025?",
+            date(2025, 10, 12),
+            date(2025, 10, 14),
+            "What painting did Mel show ?",
+        ),
+        ("store news on 1 February, 2026", date(2026, 1, 31), date(2026, 2, 2), "store news"),
+        (
+            "what did Joanna win in January 2022?",
+            date(2022, 1, 1),
+            date(2022, 1, 31),
+            "what did Joanna win ?",
+        ),
+        (
+            "finished last Friday on 23 January, 2026",
+            date(2026, 1, 22),
+            date(2026, 1, 24),
+            "finished last Friday",
+        ),
+        ("что было 5 марта 2025 года", date(2025, 3, 4), date(2025, 3, 6), "что было"),
         ("trip in November", date(2025, 11, 1), date(2025, 11, 30), "trip"),
         ("что я ел в прошлый вторник", date(2026, 3, 10), date(2026, 3, 10), "что я ел"),
         ("во вторник", date(2026, 3, 10), date(2026, 3, 10), ""),
@@ -105,15 +126,40 @@ def test_earlier_askings_of_the_same_question() -> None:
         query, "[Текущее время: 2026-03-01 10:00] Remind me, what is Tom's new pet called?"
     )
     assert is_echo(query, "what's the name of Tom's new pet called again?")
-    # An answer is no question; a question about something else is no asking again.
+    # An answer is no question; a question about something else is no asking again, nor
+    # is a friend's question that shares the query's subject.
     assert not is_echo(query, "Tom: we brought home a new puppy called Biscuit")
     assert not is_echo(query, "Tom: what should I cook for the new neighbours on Friday?")
+    assert not is_echo(
+        "When did Caroline go to the LGBTQ support group?",
+        "Melanie: Did you get to the LGBTQ support group yesterday?",
+    )
+
+
+def test_only_known_noise_is_set_aside_never_a_question_for_being_one() -> None:
+    query = "What is Tom's new pet called?"
     rows = [
         {"id": 1, "role": "user", "content": "Remind me, what is Tom's new pet called?"},
-        {"id": 2, "role": "user", "content": "Maya: did Tom get a pet in the end?"},
+        {"id": 2, "role": "user", "content": "Maya: did Tom call the new puppy Biscuit?"},
+        {"id": 5, "role": "user", "content": "Which pet did Tom get?", "searched": True},
         {"id": 3, "role": "user", "content": "Tom: a puppy, Biscuit!"},
         {"id": 4, "role": "assistant", "content": "What is Tom's new pet called? Biscuit."},
     ]
-    scores = {1: 0.5, 2: 0.4, 3: 0.3, 4: 0.1}
-    # The earlier asking goes last; another question keeps a third of its score.
-    assert [r["id"] for r in rerank(query, rows, scores)] == [3, 2, 4, 1]
+    # The earlier asking of the query and the user's question that had the bot search
+    # go last, in their order; a friend's question that tells the answer keeps its place.
+    assert [r["id"] for r in rerank(query, rows)] == [2, 3, 4, 1, 5]
+
+
+def test_the_lexical_rankings_first_hits_are_held_among_the_results() -> None:
+    query = "Where is Marco staying in Lisbon?"
+    rows = [{"id": n, "role": "user", "content": f"turn {n}"} for n in range(1, 21)]
+    rows.append({"id": 30, "role": "user", "content": "Lisbon?", "searched": True})
+    # The fusion put the lexical ranking's second and third hits past the first ten.
+    lexical = [30, 4, 15, 18, 2]
+    found = [r["id"] for r in held(query, rows, lexical, 10)]
+    # The user's own search is noise, never held; of the rest the first three are in
+    # the ten, in the last places, and the fused order stays otherwise.
+    assert found == [1, 2, 3, 4, 5, 6, 7, 8, 15, 18]
+    # A smaller limit holds fewer (a third of it).
+    assert [r["id"] for r in held(query, rows, lexical, 3)] == [1, 2, 4]
+    assert [r["id"] for r in held(query, rows, lexical, 6)] == [1, 2, 3, 4, 5, 15]
