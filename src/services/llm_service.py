@@ -153,7 +153,10 @@ def make_chat_model(
     model = model or settings.llm_model
     if settings.windows is not None:
         learner = WindowLearner(settings.windows, settings.openai_base_url, model)
-        callbacks = [*(callbacks or []), learner]
+        # First: LangChain awaits a call's start handlers in turn and stops at one that
+        # raises (the usage recorder refusing a call over budget), leaving the handlers
+        # after it as coroutines never awaited.
+        callbacks = [learner, *(callbacks or [])]
     return CompatibleChatOpenAI(
         model=model,
         api_key=key,

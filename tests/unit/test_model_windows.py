@@ -3,14 +3,19 @@ window a request is planned within (a setting wins unless the server proved less
 
 from __future__ import annotations
 
+import gc
+import warnings
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
 import pytest
+from langchain_core.callbacks import BaseCallbackHandler
 
 from src.config import Settings
 from src.model_windows import Window, WindowBook, is_overflow, window_of_error
+from src.services.llm_service import make_chat_model
 from tests.fakes.openai_windows import overflow
 
 BASE = "http://127.0.0.1:8080/v1"
@@ -86,3 +91,28 @@ def test_a_setting_wins_unless_the_server_refused_within_it(tmp_path: Path) -> N
     assert settings.window("a") == Window(4096, "error")
     copy = settings.model_copy(update={"llm_model": "a"})
     assert copy.windows is book
+
+
+class _Refuses(BaseCallbackHandler):
+    """A handler that refuses every call at its start, as the budget's guard does."""
+
+    run_inline = True
+    raise_error = True
+
+    async def on_chat_model_start(self, *args: Any, **kwargs: Any) -> None:
+        raise PermissionError("over budget")
+
+
+async def test_a_call_refused_at_its_start_leaves_no_handler_unawaited(tmp_path: Path) -> None:
+    # LangChain awaits a call's start handlers in turn and stops at the first that
+    # raises: a handler after the refusing one is a coroutine never awaited, which
+    # Python reports (and the test run fails on) whenever it is collected.
+    settings = Settings(_env_file=None, openai_base_url="http://127.0.0.1:9/v1")  # type: ignore[call-arg]
+    settings.use_windows(WindowBook.in_dir(tmp_path))
+    model = make_chat_model(settings, "a", callbacks=[_Refuses()])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(PermissionError):
+            await model.ainvoke("hello")
+        gc.collect()
+    assert [str(w.message) for w in caught if "never awaited" in str(w.message)] == []
