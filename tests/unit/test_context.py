@@ -10,7 +10,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from src.config import Settings
 from src.graph import prompts
 from src.graph.context.assemble import build_context
-from src.graph.context.budget import Layers, truncate_text
+from src.graph.context.budget import Layers, truncate_start, truncate_text
 from src.graph.context.render import WIDEST_LABEL, render_row, row_tokens
 from src.graph.context.sections import facts_sections, needs_objectivity, system_sections
 from src.graph.tokens import PER_MESSAGE_OVERHEAD, ApproxCounter, count_messages, message_text
@@ -270,6 +270,33 @@ def test_summary_cut_to_its_layer_on_a_sentence() -> None:
     assert text.startswith(f"{prompts.SUMMARY_HEADER}\n{prompts.SUMMARY_CUT_LINE}\nПункт ")
     assert COUNTER.count(text) <= layers.summary
     assert text.endswith("задачу 1999.")  # its newest part
+
+
+class CountingCounter(ApproxCounter):
+    """The approximate counter, counting how often it is asked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def count(self, text: str) -> int:
+        self.calls += 1
+        return super().count(text)
+
+
+def test_cutting_a_long_summary_counts_a_few_candidates_not_every_sentence() -> None:
+    # Each turn cuts the running summary to its layer: counting every suffix in turn
+    # cost seconds of CPU for a summary of 2,000 sentences.
+    summary = " ".join(f"Пункт {i}: пользователь решил задачу {i}." for i in range(2000))
+    counter = CountingCounter()
+    text = truncate_start(summary, 500, counter)
+    assert counter.calls <= 2 + 12  # the whole text, then a binary search of 2,000 starts
+    assert COUNTER.count(text) <= 500 and text.endswith("задачу 1999.")
+    assert text.startswith("Пункт ")
+    previous = summary.rindex("Пункт", 0, summary.index(text))
+    assert COUNTER.count(summary[previous:]) > 500  # one sentence more would not fit
+    word = truncate_start("слово " * 3000, 40, CountingCounter())
+    assert word.startswith("… ") and COUNTER.count(word) <= 40
 
 
 def test_after_forget_only_the_system_prompt_and_the_message() -> None:

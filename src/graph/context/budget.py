@@ -27,6 +27,20 @@ def _longest_prefix(text: str, cuts: list[int], fits: Callable[[str], bool]) -> 
     return best
 
 
+def _longest_suffix(text: str, starts: list[int], fits: Callable[[str], bool]) -> str | None:
+    """Return the longest `text[start:]` that fits, searching the sorted start positions
+    (a later start leaves less text: once one fits, every later one does)."""
+    lo, hi, best = 0, len(starts) - 1, None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        candidate = text[starts[mid] :].strip()
+        if candidate and fits(candidate):
+            best, hi = candidate, mid - 1
+        else:
+            lo = mid + 1
+    return best
+
+
 def truncate_text(text: str, budget: int, counter: TokenCounter) -> str:
     """Cut `text` to `budget` tokens after a whole sentence (or line).
 
@@ -56,15 +70,13 @@ def truncate_start(text: str, budget: int, counter: TokenCounter) -> str:
     if budget <= 0:
         return ""
     starts = [m.end() for m in _SENTENCE_END.finditer(text)]
-    for start in starts:  # the first (longest) suffix that fits
-        candidate = text[start:].strip()
-        if candidate and counter.count(candidate) <= budget:
-            return candidate
+    best = _longest_suffix(text, starts, lambda t: counter.count(t) <= budget)
+    if best:
+        return best
     words = [m.end() for m in _SPACE.finditer(text)]
-    for start in words:
-        candidate = "… " + text[start:].strip()
-        if counter.count(candidate) <= budget:
-            return candidate
+    best = _longest_suffix(text, words, lambda t: counter.count("… " + t) <= budget)
+    if best:
+        return "… " + best
     return ""
 
 
